@@ -1,0 +1,1 @@
+"""cli layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""gpu layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""node layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""policy layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""reports layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""slurm layer of slurm-gpu (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""store layer of slurm-gpu (see DESIGN.md)."""
