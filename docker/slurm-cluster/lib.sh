@@ -1,0 +1,318 @@
+# shellcheck shell=bash
+# The slurm-gpu test bed's building blocks, shared by the native launcher (local-cluster)
+# and the compose entrypoint (container-entrypoint), so both paths run the same code.
+#
+# Everything lives under one state directory, $STATE:
+#   etc/      slurm.conf gres.conf slurmdbd.conf slurm-gpu.toml (rendered from templates/)
+#   run/      <daemon>.pid of every process we started (what `down` stops)
+#   log/      daemon logs          spool/   slurmctld and slurmd spool dirs
+#   mysql/    MariaDB datadir      dev/     nvidia0-3 character devices (major 195)
+#   sim-nvml/<node>/  simulated GPUs   lib/  libnvidia-ml.so.1 (simulated NVML)
+#   bin/      gpu-load, sim-gpu   jobs/  world-writable working directory for test jobs
+#   node/     slurm-gpu node state (bindings, spool)
+
+CLUSTER_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$CLUSTER_SRC/../.." && pwd)
+
+STATE=${SLURM_GPU_CLUSTER_DIR:-/var/tmp/slurm-gpu-cluster}
+CLUSTER=${SLURM_GPU_CLUSTER_NAME:-testbed}
+CTLD_PORT=${SLURM_GPU_CTLD_PORT:-16817}
+DBD_PORT=${SLURM_GPU_DBD_PORT:-16819}
+DB_PORT=${SLURM_GPU_DB_PORT:-13306}
+NODE1_PORT=${SLURM_GPU_NODE1_PORT:-16901}
+NODE2_PORT=${SLURM_GPU_NODE2_PORT:-16902}
+# In containers these are service names; natively everything is this host on loopback.
+CTLD_HOST=${SLURM_GPU_CTLD_HOST:-$(hostname -s)}
+CTLD_ADDR=${SLURM_GPU_CTLD_ADDR:-127.0.0.1}
+DBD_HOST=${SLURM_GPU_DBD_HOST:-$(hostname -s)}
+DBD_ADDR=${SLURM_GPU_DBD_ADDR:-127.0.0.1}
+DB_ADDR=${SLURM_GPU_DB_ADDR:-127.0.0.1}
+NODE1_HOST=${SLURM_GPU_NODE1_HOST:-localhost}
+NODE1_ADDR=${SLURM_GPU_NODE1_ADDR:-127.0.0.1}
+NODE2_HOST=${SLURM_GPU_NODE2_HOST:-localhost}
+NODE2_ADDR=${SLURM_GPU_NODE2_ADDR:-127.0.0.1}
+NODES="gpu1 gpu2"
+# Test-bed-only credentials: the database listens on loopback only.
+DB_SLURM_PASS=${SLURM_GPU_DB_SLURM_PASS:-slurmdb-testbed}
+DB_STORE_PASS=${SLURM_GPU_DB_STORE_PASS:-slurmgpu-testbed}
+
+SLURM_CONF="$STATE/etc/slurm.conf"
+export SLURM_CONF
+
+DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client libslurm-dev gcc make libc6-dev python3 python3-venv util-linux procps"
+
+log() { printf 'local-cluster: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# --- packages ------------------------------------------------------------------------
+
+install_packages() {
+    local missing=""
+    for bin in slurmctld slurmd slurmdbd munged mariadbd sacctmgr gcc make python3; do
+        command -v "$bin" >/dev/null 2>&1 || missing=yes
+    done
+    /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing=yes
+    [ -z "$missing" ] && return 0
+    [ "$(id -u)" = 0 ] || die "missing Debian packages and not root: $DEBIAN_PACKAGES"
+    log "installing Debian packages: $DEBIAN_PACKAGES"
+    export DEBIAN_FRONTEND=noninteractive
+    # policy-rc.d keeps the packages' own services from starting: we run our own.
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+    apt-get update -qq >/dev/null
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $DEBIAN_PACKAGES >/dev/null
+}
+
+# --- rendering -----------------------------------------------------------------------
+
+# write_if_changed FILE: stdin becomes FILE only when it differs, so a second `up`
+# touches nothing.
+write_if_changed() {
+    local file=$1 tmp
+    tmp=$(mktemp "$file.XXXXXX")
+    cat >"$tmp"
+    if [ -f "$file" ] && cmp -s "$tmp" "$file"; then
+        rm -f "$tmp"
+    else
+        mv -f "$tmp" "$file"
+    fi
+}
+
+render() {
+    local template=$1
+    sed -e "s|@STATE@|$STATE|g" -e "s|@CLUSTER@|$CLUSTER|g" \
+        -e "s|@CTLD_HOST@|$CTLD_HOST|g" -e "s|@CTLD_ADDR@|$CTLD_ADDR|g" \
+        -e "s|@CTLD_PORT@|$CTLD_PORT|g" -e "s|@DBD_HOST@|$DBD_HOST|g" \
+        -e "s|@DBD_ADDR@|$DBD_ADDR|g" -e "s|@DBD_PORT@|$DBD_PORT|g" \
+        -e "s|@DB_ADDR@|$DB_ADDR|g" -e "s|@DB_PORT@|$DB_PORT|g" \
+        -e "s|@DB_SLURM_PASS@|$DB_SLURM_PASS|g" \
+        -e "s|@NODE1_HOST@|$NODE1_HOST|g" -e "s|@NODE1_ADDR@|$NODE1_ADDR|g" \
+        -e "s|@NODE1_PORT@|$NODE1_PORT|g" -e "s|@NODE2_HOST@|$NODE2_HOST|g" \
+        -e "s|@NODE2_ADDR@|$NODE2_ADDR|g" -e "s|@NODE2_PORT@|$NODE2_PORT|g" \
+        -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@HOOKS@|$HOOKS|g" \
+        "$CLUSTER_SRC/templates/$template"
+}
+
+# make_gpu_devices: character devices with NVIDIA's major (195) so the agent resolves
+# Slurm's GPU index through the file's minor number exactly as on hardware. Where mknod
+# is not allowed (some containers) fall back to /dev/tty0-3, whose minors are also 0-3.
+make_gpu_devices() {
+    mkdir -p "$STATE/dev"
+    local ok=yes
+    for m in 0 1 2 3; do
+        [ -c "$STATE/dev/nvidia$m" ] && continue
+        mknod -m 666 "$STATE/dev/nvidia$m" c 195 "$m" 2>/dev/null || ok=no
+    done
+    if [ "$ok" = yes ]; then
+        GPU_FILES="$STATE/dev/nvidia[0-3]"
+    else
+        log "mknod not permitted; using /dev/tty[0-3] as GPU device files"
+        GPU_FILES="/dev/tty[0-3]"
+    fi
+}
+
+gpu_file_list() {
+    case "$GPU_FILES" in
+        */nvidia\[0-3\]) for m in 0 1 2 3; do echo "$STATE/dev/nvidia$m"; done ;;
+        *) for m in 0 1 2 3; do echo "/dev/tty$m"; done ;;
+    esac
+}
+
+hooks_lines() {
+    # The node-side hooks (prolog/epilog) are installed when they exist in this checkout.
+    HOOKS=""
+    if [ -x "$REPO_ROOT/prolog/slurm-gpu-prolog" ] && [ -x "$REPO_ROOT/epilog/slurm-gpu-epilog" ]; then
+        HOOKS="Prolog=$STATE/hooks/slurm-gpu-prolog\nEpilog=$STATE/hooks/slurm-gpu-epilog"
+    fi
+}
+
+render_configs() {
+    mkdir -p "$STATE"/{etc,run,log,spool/ctld,spool/dbd,mysql-run,jobs,bin,lib,node,hooks,sim-nvml}
+    for n in $NODES; do mkdir -p "$STATE/spool/$n"; done
+    chmod 755 "$STATE"
+    # Daemons drop to their own users (slurm, mysql) and write logs here.
+    chmod 1777 "$STATE/jobs" "$STATE/log"
+    chown slurm:slurm "$STATE/spool/ctld" "$STATE/spool/dbd"
+    chown mysql:mysql "$STATE/mysql-run"
+    make_gpu_devices
+    hooks_lines
+    render slurm.conf.in | sed 's/\\n/\n/g' | write_if_changed "$STATE/etc/slurm.conf"
+    render gres.conf.in | write_if_changed "$STATE/etc/gres.conf"
+    render slurmdbd.conf.in | write_if_changed "$STATE/etc/slurmdbd.conf"
+    chown slurm:slurm "$STATE/etc/slurmdbd.conf"
+    chmod 600 "$STATE/etc/slurmdbd.conf"
+    render slurm-gpu.toml.in | write_if_changed "$STATE/etc/slurm-gpu.toml"
+    chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
+}
+
+# --- simulated GPUs and tools --------------------------------------------------------
+
+install_sim() {
+    make -s -C "$CLUSTER_SRC/sim-nvml" OUT="$STATE/lib" >/dev/null
+    for tool in gpu-load sim-gpu; do
+        install -m 755 "$CLUSTER_SRC/bin/$tool" "$STATE/bin/$tool.new"
+        if cmp -s "$STATE/bin/$tool.new" "$STATE/bin/$tool"; then
+            rm -f "$STATE/bin/$tool.new"
+        else
+            mv -f "$STATE/bin/$tool.new" "$STATE/bin/$tool"
+        fi
+    done
+    chmod 1777 "$STATE/sim-nvml"
+    # gpu1's NVML enumeration order differs from its minor numbers on purpose: code that
+    # assumes Slurm index == NVML index attributes usage to the wrong GPU there.
+    "$STATE/bin/sim-gpu" create --dir "$STATE/sim-nvml/gpu1" --node gpu1 \
+        --model "NVIDIA A100-SXM4-80GB" --memory-mib 81920 --count 4 --order 2,0,3,1 >/dev/null
+    "$STATE/bin/sim-gpu" create --dir "$STATE/sim-nvml/gpu2" --node gpu2 \
+        --model "NVIDIA H100 80GB HBM3" --memory-mib 81559 --count 4 --order 0,1,2,3 >/dev/null
+    for n in $NODES; do
+        gpu_file_list | write_if_changed "$STATE/sim-nvml/$n/slurm-gres-files"
+        chmod 644 "$STATE/sim-nvml/$n/slurm-gres-files"
+    done
+    if [ -n "$HOOKS" ]; then
+        install -m 755 "$REPO_ROOT/prolog/slurm-gpu-prolog" "$STATE/hooks/slurm-gpu-prolog"
+        install -m 755 "$REPO_ROOT/epilog/slurm-gpu-epilog" "$STATE/hooks/slurm-gpu-epilog"
+    fi
+}
+
+# --- daemons -------------------------------------------------------------------------
+
+pidfile() { echo "$STATE/run/$1.pid"; }
+
+is_running() {
+    local pf
+    pf=$(pidfile "$1")
+    [ -f "$pf" ] && kill -0 "$(cat "$pf")" 2>/dev/null
+}
+
+# spawn NAME CMD...: start a foreground daemon in its own session, remember its pid.
+spawn() {
+    local name=$1
+    shift
+    setsid "$@" >>"$STATE/log/$name.out" 2>&1 </dev/null &
+    echo $! >"$(pidfile "$name")"
+}
+
+# wait_for WHAT SECONDS CMD...: poll CMD until it succeeds or the deadline passes.
+wait_for() {
+    local what=$1 deadline=$(($(date +%s) + $2))
+    shift 2
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$deadline" ] || die "timed out waiting for $what (logs: $STATE/log)"
+        sleep 0.5
+    done
+}
+
+start_munge() {
+    # One munged per host serves every daemon; reuse one that is already running.
+    if is_running munge || pgrep -x munged >/dev/null; then return 0; fi
+    mkdir -p /run/munge /var/log/munge /var/lib/munge
+    chown munge:munge /run/munge /var/log/munge /var/lib/munge
+    chmod 755 /run/munge
+    [ -s /etc/munge/munge.key ] || { mungekey --create --keyfile /etc/munge/munge.key 2>/dev/null ||
+        dd if=/dev/urandom of=/etc/munge/munge.key bs=1 count=128 2>/dev/null; }
+    chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+    spawn munge runuser -u munge -- /usr/sbin/munged --foreground
+    wait_for munge 20 sh -c 'munge -n | unmunge'
+}
+
+mysql_root() { mariadb --no-defaults --socket="$STATE/mysql-run/mysqld.sock" -uroot "$@"; }
+
+start_mariadb() {
+    is_running mariadb && return 0
+    if [ ! -d "$STATE/mysql/mysql" ]; then
+        mkdir -p "$STATE/mysql"
+        chown mysql:mysql "$STATE/mysql"
+        mariadb-install-db --no-defaults --datadir="$STATE/mysql" --user=mysql \
+            --auth-root-authentication-method=socket >"$STATE/log/mariadb-install.log" 2>&1 ||
+            die "mariadb-install-db failed: $STATE/log/mariadb-install.log"
+    fi
+    spawn mariadb /usr/sbin/mariadbd --no-defaults --datadir="$STATE/mysql" --user=mysql \
+        --socket="$STATE/mysql-run/mysqld.sock" --port="$DB_PORT" --bind-address="$DB_ADDR" \
+        --pid-file="$STATE/mysql-run/mariadbd.pid" --log-error="$STATE/log/mariadb.log" \
+        --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900
+    wait_for mariadb 60 mysql_root -e 'SELECT 1'
+    # slurm_acct_db for slurmdbd; slurm_gpu for slurm-gpu's own store on MariaDB.
+    mysql_root <<SQL
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE DATABASE IF NOT EXISTS slurm_gpu;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$DB_SLURM_PASS';
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_SLURM_PASS';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+CREATE USER IF NOT EXISTS 'slurmgpu'@'127.0.0.1' IDENTIFIED BY '$DB_STORE_PASS';
+GRANT ALL ON slurm_gpu.* TO 'slurmgpu'@'127.0.0.1';
+GRANT ALL ON \`slurm_gpu_test%\`.* TO 'slurmgpu'@'127.0.0.1';
+FLUSH PRIVILEGES;
+SQL
+}
+
+start_slurmdbd() {
+    is_running slurmdbd && return 0
+    spawn slurmdbd env SLURM_CONF="$SLURM_CONF" /usr/sbin/slurmdbd -D
+    wait_for slurmdbd 60 sacctmgr -n show cluster
+}
+
+start_slurmctld() {
+    is_running slurmctld && return 0
+    # -i: ignore state files from an older test bed rather than refusing to start.
+    spawn slurmctld /usr/sbin/slurmctld -D -i -f "$SLURM_CONF"
+    wait_for slurmctld 60 scontrol ping
+}
+
+start_slurmd() {
+    local node=$1
+    is_running "slurmd-$node" && return 0
+    spawn "slurmd-$node" /usr/sbin/slurmd -D -f "$SLURM_CONF" -N "$node"
+}
+
+wait_nodes_idle() {
+    wait_for "nodes gpu1,gpu2 idle" 90 sh -c \
+        '[ "$(sinfo -h -N -p gpu -t idle,mix,alloc -o %N | sort -u | wc -l)" -ge 2 ]'
+}
+
+bootstrap_accounts() {
+    # Real Unix users: jobs run under their uid, and privacy checks use it.
+    for u in alice bob carol; do
+        id "$u" >/dev/null 2>&1 || useradd --create-home --shell /bin/bash "$u"
+    done
+    sacctmgr -n -P show cluster format=Cluster | grep -qx "$CLUSTER" ||
+        sacctmgr -i add cluster "$CLUSTER" >/dev/null
+    local have
+    have=$(sacctmgr -n -P show assoc format=Account,User cluster="$CLUSTER")
+    for a in physics bio; do
+        echo "$have" | grep -q "^$a|$" ||
+            sacctmgr -i add account "$a" cluster="$CLUSTER" Description="$a" Organization=science >/dev/null
+    done
+    add_assoc() { echo "$have" | grep -qx "$2|$1" || sacctmgr -i add user "$1" account="$2" cluster="$CLUSTER" >/dev/null; }
+    add_assoc alice physics
+    add_assoc bob bio
+    add_assoc carol physics
+    add_assoc carol bio
+}
+
+cluster_is_up() {
+    for d in mariadb slurmdbd slurmctld slurmd-gpu1 slurmd-gpu2; do
+        is_running "$d" || return 1
+    done
+    scontrol ping >/dev/null 2>&1
+}
+
+stop_all() {
+    local stopped=""
+    # Compute nodes first, the database last; munge only if we started it.
+    for d in slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd mariadb munge; do
+        local pf
+        pf=$(pidfile "$d")
+        [ -f "$pf" ] || continue
+        local pid
+        pid=$(cat "$pf")
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+            kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null
+            stopped="$stopped $d"
+        fi
+        rm -f "$pf"
+    done
+    log "stopped:${stopped:- nothing was running}"
+}

@@ -1,0 +1,1003 @@
+/*
+ * sim-nvml: a simulated libnvidia-ml.so.1 for the slurm-gpu test bed.
+ *
+ * Exports a subset of the NVML C API with the real signatures, return codes and
+ * struct layouts, so the real pynvml binding loads it through LD_LIBRARY_PATH.
+ * GPUs, faults and workloads live in the directory named by $SIM_NVML_DIR; see
+ * README.md next to this file for the layout.
+ *
+ * Reference: https://docs.nvidia.com/deploy/nvml-api/ and nvml.h from the CUDA toolkit.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+/* ---- NVML types (layouts as in nvml.h) ---------------------------------------- */
+typedef int nvmlReturn_t;
+enum {
+    NVML_SUCCESS = 0,
+    NVML_ERROR_UNINITIALIZED = 1,
+    NVML_ERROR_INVALID_ARGUMENT = 2,
+    NVML_ERROR_NOT_SUPPORTED = 3,
+    NVML_ERROR_NO_PERMISSION = 4,
+    NVML_ERROR_ALREADY_INITIALIZED = 5,
+    NVML_ERROR_NOT_FOUND = 6,
+    NVML_ERROR_INSUFFICIENT_SIZE = 7,
+    NVML_ERROR_INSUFFICIENT_POWER = 8,
+    NVML_ERROR_DRIVER_NOT_LOADED = 9,
+    NVML_ERROR_TIMEOUT = 10,
+    NVML_ERROR_IRQ_ISSUE = 11,
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12,
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13,
+    NVML_ERROR_CORRUPTED_INFOROM = 14,
+    NVML_ERROR_GPU_IS_LOST = 15,
+    NVML_ERROR_RESET_REQUIRED = 16,
+    NVML_ERROR_OPERATING_SYSTEM = 17,
+    NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_IN_USE = 19,
+    NVML_ERROR_MEMORY = 20,
+    NVML_ERROR_NO_DATA = 21,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
+    NVML_ERROR_UNKNOWN = 999,
+};
+
+typedef struct sim_gpu *nvmlDevice_t;
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned long long total, reserved, free, used;
+} nvmlMemory_v2_t;
+#define NVML_STRUCT_VERSION(size, ver) ((unsigned int)(size) | ((unsigned int)(ver) << 24U))
+#define nvmlMemory_v2 NVML_STRUCT_VERSION(sizeof(nvmlMemory_v2_t), 2)
+
+typedef struct {
+    unsigned int gpu, memory;
+} nvmlUtilization_t;
+
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    signed long long sllVal;
+    signed int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned long long timeStamp;
+    nvmlValue_t sampleValue;
+} nvmlSample_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+typedef nvmlProcessInfo_v2_t nvmlProcessInfo_t; /* v3 has the same layout */
+
+typedef struct { /* nvmlPciInfo_v1_t */
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId;
+} nvmlPciInfo_v1_t;
+
+typedef struct { /* nvmlPciInfo_v2_t */
+    char busId[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    unsigned int reserved0, reserved1, reserved2, reserved3;
+} nvmlPciInfo_v2_t;
+
+typedef struct { /* nvmlPciInfo_t, used by _v3 */
+    char busIdLegacy[16];
+    unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+    char busId[32];
+} nvmlPciInfo_t;
+
+_Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t layout");
+_Static_assert(sizeof(nvmlSample_t) == 16, "nvmlSample_t layout");
+_Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t layout");
+_Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t layout");
+_Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
+
+#define NVML_GPU_UTILIZATION_SAMPLES 1
+#define NVML_VALUE_TYPE_UNSIGNED_INT 1
+#define NVML_TEMPERATURE_GPU 0
+#define NVML_DEVICE_MIG_DISABLE 0
+#define NO_INSTANCE 0xFFFFFFFFU
+
+/* ---- simulator state ------------------------------------------------------------ */
+#define MAX_GPUS 64
+#define PATH_LEN 4096
+#define SAMPLE_RING 120
+#define HISTORY_KEEP_S 300.0 /* ended plans younger than this are never compacted */
+#define COMPACT_AFTER 32     /* compact once this many old ended plans pile up */
+#define RESERVED_BYTES (256ULL << 20)
+#define DRIVER_VERSION "535.183.01"
+#define NVML_VERSION "12.535.183.01"
+#define CUDA_VERSION 12020
+
+struct sim_gpu {
+    unsigned int index; /* NVML enumeration index */
+    unsigned int minor;
+    char uuid[96];
+    char name[96];
+    char serial[32];
+    char bus_id[32]; /* 00000000:17:00.0 */
+    unsigned int domain, bus, device, function;
+    unsigned int pci_device_id, pci_subsystem_id;
+    unsigned long long memory_total;
+    unsigned int power_idle_mw, power_max_mw;
+    double created;
+    char dir[3072]; /* <SIM_NVML_DIR>/gpus/<uuid>; shorter than PATH_LEN to leave room for names */
+};
+
+enum pattern { PAT_STEADY, PAT_IDLE, PAT_SPIKY, PAT_RAMP, PAT_MEMORY_ONLY };
+
+struct plan {
+    unsigned int pid;
+    enum pattern pattern;
+    double util, start, seconds, period, duty;
+    double end;       /* end of utilization: min(start+seconds, actual end); INFINITY if open */
+    int live;         /* listed as a process: pid alive and no end written */
+    unsigned long long mem_bytes;
+    char path[PATH_LEN];
+};
+
+struct plans {
+    struct plan *v;
+    size_t n;
+    double base_until, base_integral; /* compacted history: integral of util up to base_until */
+};
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static int g_refcount;
+static struct sim_gpu g_gpus[MAX_GPUS];
+static unsigned int g_count;
+
+/* fault kinds, read per call so they can be injected while a reader runs */
+enum field {
+    F_POWER = 1 << 0,
+    F_ENERGY = 1 << 1,
+    F_TEMPERATURE = 1 << 2,
+    F_ECC = 1 << 3,
+    F_SAMPLES = 1 << 4,
+    F_UTILIZATION = 1 << 5,
+    F_MEMORY = 1 << 6,
+    F_PROCESSES = 1 << 7,
+    F_NONE = 0,
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Reads a small text file into buf; returns length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    while (got + 1 < size) {
+        ssize_t r = read(fd, buf + got, size - 1 - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = '\0';
+    return (ssize_t)got;
+}
+
+static void strip(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+}
+
+/* Finds `key=` at a line start in a key=value text; copies the value. */
+static int kv_get(const char *text, const char *key, char *out, size_t size) {
+    size_t klen = strlen(key);
+    const char *p = text;
+    while (p && *p) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == '=') {
+            const char *v = p + klen + 1;
+            size_t n = strcspn(v, "\r\n");
+            if (n >= size) n = size - 1;
+            memcpy(out, v, n);
+            out[n] = '\0';
+            return 1;
+        }
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    return 0;
+}
+
+static double kv_double(const char *text, const char *key, double dflt) {
+    char v[64];
+    return kv_get(text, key, v, sizeof v) && v[0] ? strtod(v, NULL) : dflt;
+}
+
+static int parse_bus_id(const char *s, unsigned int *dom, unsigned int *bus, unsigned int *dev,
+                        unsigned int *fn) {
+    return sscanf(s, "%x:%x:%x.%x", dom, bus, dev, fn) == 4;
+}
+
+static int load_gpu(const char *root, const char *uuid, struct sim_gpu *g) {
+    char path[PATH_LEN], text[4096], v[256];
+    snprintf(g->dir, sizeof g->dir, "%s/gpus/%s", root, uuid);
+    snprintf(path, sizeof path, "%s/info", g->dir);
+    if (read_small(path, text, sizeof text) < 0) return 0;
+    snprintf(g->uuid, sizeof g->uuid, "%s", uuid);
+    if (!kv_get(text, "name", g->name, sizeof g->name)) snprintf(g->name, sizeof g->name, "NVIDIA Simulated GPU");
+    if (!kv_get(text, "serial", g->serial, sizeof g->serial)) snprintf(g->serial, sizeof g->serial, "0");
+    if (!kv_get(text, "pci_bus_id", v, sizeof v) ||
+        !parse_bus_id(v, &g->domain, &g->bus, &g->device, &g->function))
+        return 0;
+    snprintf(g->bus_id, sizeof g->bus_id, "%08X:%02X:%02X.%X", g->domain, g->bus, g->device, g->function);
+    g->minor = (unsigned int)kv_double(text, "minor", 0);
+    g->memory_total = (unsigned long long)kv_double(text, "memory_mib", 81920) << 20;
+    g->power_idle_mw = (unsigned int)kv_double(text, "power_idle_mw", 60000);
+    g->power_max_mw = (unsigned int)kv_double(text, "power_max_mw", 400000);
+    g->pci_device_id = (unsigned int)strtoul(kv_get(text, "pci_device_id", v, sizeof v) ? v : "0x20B210DE", NULL, 0);
+    g->pci_subsystem_id = (unsigned int)strtoul(kv_get(text, "pci_subsystem_id", v, sizeof v) ? v : "0x147F10DE", NULL, 0);
+    g->created = kv_double(text, "created", now_s());
+    return 1;
+}
+
+/* Reads <dir>/init-fault and the GPUs listed in <dir>/order. */
+static nvmlReturn_t load_all(void) {
+    const char *root = getenv("SIM_NVML_DIR");
+    struct stat st;
+    char path[PATH_LEN], text[65536];
+    if (!root || !*root || stat(root, &st) != 0 || !S_ISDIR(st.st_mode)) return NVML_ERROR_DRIVER_NOT_LOADED;
+    snprintf(path, sizeof path, "%s/init-fault", root);
+    if (read_small(path, text, sizeof text) >= 0) {
+        strip(text);
+        if (strcmp(text, "driver-not-loaded") == 0) return NVML_ERROR_DRIVER_NOT_LOADED;
+        if (strcmp(text, "lib-rm-version-mismatch") == 0) return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
+    }
+    g_count = 0;
+    snprintf(path, sizeof path, "%s/order", root);
+    if (read_small(path, text, sizeof text) < 0) return NVML_SUCCESS; /* a node without GPUs */
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && g_count < MAX_GPUS; line = strtok_r(NULL, "\n", &save)) {
+        strip(line);
+        if (!*line || strchr(line, '/')) continue;
+        struct sim_gpu *g = &g_gpus[g_count];
+        memset(g, 0, sizeof *g);
+        if (load_gpu(root, line, g)) g->index = g_count++;
+    }
+    return NVML_SUCCESS;
+}
+
+/* Which fields the per-GPU fault file disables; returns 1 if the GPU is lost. */
+static int read_fault(const struct sim_gpu *g, unsigned int *unsupported) {
+    char path[PATH_LEN], text[1024];
+    *unsupported = F_NONE;
+    snprintf(path, sizeof path, "%s/fault", g->dir);
+    if (read_small(path, text, sizeof text) < 0) return 0;
+    strip(text);
+    if (strcmp(text, "lost") == 0) return 1;
+    if (strncmp(text, "not-supported=", 14) == 0) {
+        static const struct { const char *name; unsigned int bit; } names[] = {
+            {"power", F_POWER},       {"energy", F_ENERGY},   {"temperature", F_TEMPERATURE},
+            {"ecc", F_ECC},           {"samples", F_SAMPLES}, {"utilization", F_UTILIZATION},
+            {"memory", F_MEMORY},     {"processes", F_PROCESSES},
+        };
+        char *save = NULL;
+        for (char *f = strtok_r(text + 14, ",", &save); f; f = strtok_r(NULL, ",", &save))
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                if (strcmp(f, names[i].name) == 0) *unsupported |= names[i].bit;
+    }
+    return 0;
+}
+
+/* Common entry check for per-device calls: initialised, valid handle, not lost, field supported. */
+static nvmlReturn_t check_device(nvmlDevice_t d, unsigned int field) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    if (d < g_gpus || d >= g_gpus + g_count) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned int unsupported;
+    if (read_fault(d, &unsupported)) return NVML_ERROR_GPU_IS_LOST;
+    if (unsupported & field) return NVML_ERROR_NOT_SUPPORTED;
+    return NVML_SUCCESS;
+}
+#define CHECK(d, field)                                        \
+    do {                                                       \
+        nvmlReturn_t rc_ = check_device((d), (field));         \
+        if (rc_ != NVML_SUCCESS) return rc_;                   \
+    } while (0)
+
+/* ---- workload plans and their closed-form utilization integrals ------------------- */
+
+static int pid_alive(unsigned int pid) {
+    if (pid <= 1 || pid > INT_MAX) return 0;
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+static int parse_plan(const char *path, struct plan *p) {
+    char text[2048], v[64];
+    struct stat st;
+    if (stat(path, &st) != 0 || read_small(path, text, sizeof text) <= 0) return 0;
+    memset(p, 0, sizeof *p);
+    snprintf(p->path, sizeof p->path, "%s", path);
+    p->pid = (unsigned int)kv_double(text, "pid", 0);
+    p->start = kv_double(text, "start", NAN);
+    if (isnan(p->start)) return 0;
+    p->util = fmin(100.0, fmax(0.0, kv_double(text, "util", 0)));
+    p->seconds = kv_double(text, "seconds", 0);
+    p->period = kv_double(text, "period", 60);
+    p->duty = fmin(1.0, fmax(0.0, kv_double(text, "duty", 0.5)));
+    p->mem_bytes = (unsigned long long)(kv_double(text, "mem_mib", 0) * 1048576.0);
+    kv_get(text, "pattern", v, sizeof v);
+    p->pattern = strcmp(v, "idle") == 0          ? PAT_IDLE
+                 : strcmp(v, "spiky") == 0       ? PAT_SPIKY
+                 : strcmp(v, "ramp") == 0        ? PAT_RAMP
+                 : strcmp(v, "memory-only") == 0 ? PAT_MEMORY_ONLY
+                                                 : PAT_STEADY;
+    if (p->pattern == PAT_IDLE || p->pattern == PAT_MEMORY_ONLY) p->util = 0;
+    if (p->pattern == PAT_SPIKY && p->period <= 0) p->pattern = PAT_STEADY;
+    double ended = kv_double(text, "end", NAN);
+    if (isnan(ended)) {
+        if (pid_alive(p->pid)) {
+            ended = INFINITY;
+            p->live = 1;
+        } else {
+            /* killed without a chance to write its end (SIGKILL): the last heartbeat */
+            ended = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
+        }
+    }
+    p->end = p->seconds > 0 ? fmin(ended, p->start + p->seconds) : ended;
+    if (p->end < p->start) p->end = p->start;
+    return 1;
+}
+
+/* Instantaneous utilization and slope of one plan at t (right-continuous). */
+static double plan_value(const struct plan *p, double t, double *slope) {
+    *slope = 0;
+    if (t < p->start || t >= p->end || p->util <= 0) return 0;
+    switch (p->pattern) {
+    case PAT_SPIKY: {
+        double r = fmod(t - p->start, p->period);
+        return r < p->duty * p->period ? p->util : 0;
+    }
+    case PAT_RAMP:
+        if (p->seconds <= 0) return 0;
+        *slope = p->util / p->seconds;
+        return p->util * (t - p->start) / p->seconds;
+    case PAT_STEADY:
+        return p->util;
+    default:
+        return 0;
+    }
+}
+
+/* Integral of the spike train from the plan start over x seconds. */
+static double spiky_cum(const struct plan *p, double x) {
+    double k = floor(x / p->period);
+    double r = x - k * p->period;
+    return p->util * (k * p->duty * p->period + fmin(r, p->duty * p->period));
+}
+
+/* Closed-form integral of one plan's utilization over [a, b], in percent-seconds. */
+static double plan_integral(const struct plan *p, double a, double b) {
+    double lo = fmax(a, p->start), hi = fmin(b, p->end);
+    if (hi <= lo || p->util <= 0) return 0;
+    switch (p->pattern) {
+    case PAT_STEADY:
+        return p->util * (hi - lo);
+    case PAT_SPIKY:
+        return spiky_cum(p, hi - p->start) - spiky_cum(p, lo - p->start);
+    case PAT_RAMP:
+        if (p->seconds <= 0) return 0;
+        return p->util * ((hi - p->start) * (hi - p->start) - (lo - p->start) * (lo - p->start)) /
+               (2 * p->seconds);
+    default:
+        return 0;
+    }
+}
+
+/* Next time after t where the plan's utilization changes its formula. */
+static double plan_next_break(const struct plan *p, double t) {
+    if (t < p->start) return p->start;
+    if (t >= p->end) return INFINITY;
+    double next = p->end;
+    if (p->pattern == PAT_SPIKY) {
+        double k = floor((t - p->start) / p->period);
+        double up = p->start + k * p->period, down = up + p->duty * p->period;
+        double cand = t < down ? down : up + p->period;
+        if (cand <= t) cand = up + p->period;
+        next = fmin(next, cand);
+    }
+    return next;
+}
+
+/* Integral of min(100, sum of plans) over [a, b]: the GPU cannot be busier than 100%. */
+static double util_integral(const struct plans *ps, double a, double b) {
+    if (b <= a) return 0;
+    double peak = 0, sum = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->v[i].end > a && ps->v[i].start < b && ps->v[i].util > 0) peak += ps->v[i].util;
+    if (peak <= 100.0) { /* no overlap can exceed 100%: plain sum of closed forms */
+        for (size_t i = 0; i < ps->n; i++) sum += plan_integral(&ps->v[i], a, b);
+        return sum;
+    }
+    /* Between breakpoints every plan is linear, so the total is linear; clip it at 100. */
+    double t = a;
+    for (int guard = 0; t < b && guard < 10000000; guard++) {
+        double n = b;
+        for (size_t i = 0; i < ps->n; i++) n = fmin(n, plan_next_break(&ps->v[i], t));
+        if (n <= t) n = t + 1e-6;
+        double m = 0.5 * (t + n), fm = 0, slope = 0;
+        for (size_t i = 0; i < ps->n; i++) {
+            double s;
+            fm += plan_value(&ps->v[i], m, &s);
+            slope += s;
+        }
+        double f0 = fm + slope * (t - m), f1 = fm + slope * (n - m);
+        if (f0 <= 100 && f1 <= 100) {
+            sum += 0.5 * (f0 + f1) * (n - t);
+        } else if (f0 >= 100 && f1 >= 100) {
+            sum += 100 * (n - t);
+        } else {
+            double xc = t + (100 - f0) / (f1 - f0) * (n - t);
+            if (f0 < 100)
+                sum += 0.5 * (f0 + 100) * (xc - t) + 100 * (n - xc);
+            else
+                sum += 100 * (xc - t) + 0.5 * (100 + f1) * (n - xc);
+        }
+        t = n;
+    }
+    return sum;
+}
+
+static double util_instant(const struct plans *ps, double t) {
+    double sum = 0, s;
+    for (size_t i = 0; i < ps->n; i++) sum += plan_value(&ps->v[i], t, &s);
+    return fmin(100.0, sum);
+}
+
+static void free_plans(struct plans *ps) {
+    free(ps->v);
+    ps->v = NULL;
+    ps->n = 0;
+}
+
+static void read_plans(const struct sim_gpu *g, struct plans *ps) {
+    char path[3200], text[256];
+    ps->v = NULL;
+    ps->n = 0;
+    ps->base_until = g->created;
+    ps->base_integral = 0;
+    snprintf(path, sizeof path, "%s/base", g->dir);
+    if (read_small(path, text, sizeof text) > 0) {
+        ps->base_until = kv_double(text, "until", g->created);
+        ps->base_integral = kv_double(text, "util_integral", 0);
+    }
+    snprintf(path, sizeof path, "%s/plans", g->dir);
+    DIR *dir = opendir(path);
+    if (!dir) return;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (e->d_name[0] == '.' || len < 6 || strcmp(e->d_name + len - 5, ".plan") != 0) continue;
+        if (ps->n == cap) {
+            cap = cap ? cap * 2 : 16;
+            struct plan *nv = realloc(ps->v, cap * sizeof *nv);
+            if (!nv) break;
+            ps->v = nv;
+        }
+        char full[PATH_LEN];
+        snprintf(full, sizeof full, "%s/%s", path, e->d_name);
+        if (parse_plan(full, &ps->v[ps->n])) ps->n++;
+    }
+    closedir(dir);
+}
+
+/*
+ * Folds plans that ended long ago into <gpu>/base so each call reads few files.
+ * Best effort: a reader without write access simply keeps reading the full history.
+ * Correct under races: the integral only ever starts at base_until, so a plan
+ * that was folded in but not yet removed adds nothing.
+ */
+static void maybe_compact(const struct sim_gpu *g, struct plans *ps, double now) {
+    double cut = now - HISTORY_KEEP_S;
+    size_t old = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (!ps->v[i].live && ps->v[i].end < cut) old++;
+    if (old < COMPACT_AFTER || cut <= ps->base_until) return;
+    char lock[PATH_LEN], tmp[PATH_LEN], base[PATH_LEN];
+    snprintf(lock, sizeof lock, "%s/base.lock", g->dir);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return;
+    }
+    struct plans fresh;
+    read_plans(g, &fresh); /* re-read under the lock: another process may have compacted */
+    if (cut > fresh.base_until) {
+        double integral = fresh.base_integral + util_integral(&fresh, fresh.base_until, cut);
+        snprintf(tmp, sizeof tmp, "%s/.base.%d", g->dir, (int)getpid());
+        snprintf(base, sizeof base, "%s/base", g->dir);
+        FILE *f = fopen(tmp, "w");
+        if (f) {
+            fprintf(f, "until=%.6f\nutil_integral=%.6f\n", cut, integral);
+            if (fclose(f) == 0 && rename(tmp, base) == 0) {
+                for (size_t i = 0; i < fresh.n; i++)
+                    if (!fresh.v[i].live && fresh.v[i].end < cut) unlink(fresh.v[i].path);
+            } else {
+                unlink(tmp);
+            }
+        }
+    }
+    free_plans(&fresh);
+    flock(fd, LOCK_UN);
+    close(fd);
+    free_plans(ps);
+    read_plans(g, ps);
+}
+
+static void load_plans(const struct sim_gpu *g, struct plans *ps, double now) {
+    read_plans(g, ps);
+    maybe_compact(g, ps, now);
+}
+
+static unsigned long long used_memory(const struct plans *ps) {
+    unsigned long long used = 0;
+    for (size_t i = 0; i < ps->n; i++)
+        if (ps->v[i].live) used += ps->v[i].mem_bytes;
+    return used;
+}
+
+/* ---- init / system --------------------------------------------------------------- */
+
+static nvmlReturn_t do_init(void) {
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (g_refcount == 0) rc = load_all();
+    if (rc == NVML_SUCCESS) g_refcount++;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+API nvmlReturn_t nvmlInit(void) { return do_init(); }
+API nvmlReturn_t nvmlInit_v2(void) { return do_init(); }
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+    (void)flags;
+    return do_init();
+}
+
+API nvmlReturn_t nvmlShutdown(void) {
+    pthread_mutex_lock(&g_lock);
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (g_refcount <= 0)
+        rc = NVML_ERROR_UNINITIALIZED;
+    else
+        g_refcount--;
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+API const char *nvmlErrorString(nvmlReturn_t result) {
+    switch (result) {
+    case NVML_SUCCESS: return "Success";
+    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND: return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+    default: return "Unknown Error";
+    }
+}
+
+static nvmlReturn_t copy_str(char *buf, unsigned int length, const char *value) {
+    if (!buf) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strlen(value) + 1 > length) return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(buf, value, strlen(value) + 1);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    return copy_str(version, length, DRIVER_VERSION);
+}
+
+API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
+    return copy_str(version, length, NVML_VERSION);
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
+    if (!cudaDriverVersion) return NVML_ERROR_INVALID_ARGUMENT;
+    *cudaDriverVersion = CUDA_VERSION;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion) {
+    return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
+}
+
+/* ---- device enumeration ------------------------------------------------------------ */
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    if (!deviceCount) return NVML_ERROR_INVALID_ARGUMENT;
+    *deviceCount = g_count;
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    if (!device || index >= g_count) return NVML_ERROR_INVALID_ARGUMENT;
+    *device = &g_gpus[index];
+    return NVML_SUCCESS;
+}
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    if (!uuid || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < g_count; i++)
+        if (strcasecmp(g_gpus[i].uuid, uuid) == 0) {
+            *device = &g_gpus[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device) {
+    if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
+    unsigned int dom, bus, dev, fn;
+    if (!pciBusId || !device) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!parse_bus_id(pciBusId, &dom, &bus, &dev, &fn)) {
+        dom = 0; /* "17:00.0" short form */
+        if (sscanf(pciBusId, "%x:%x.%x", &bus, &dev, &fn) != 3) return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    for (unsigned int i = 0; i < g_count; i++) {
+        struct sim_gpu *g = &g_gpus[i];
+        if (g->domain == dom && g->bus == bus && g->device == dev && g->function == fn) {
+            *device = g;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *device) {
+    return nvmlDeviceGetHandleByPciBusId_v2(pciBusId, device);
+}
+
+/* ---- device identity ---------------------------------------------------------------- */
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
+    CHECK(device, F_NONE);
+    return copy_str(name, length, device->name);
+}
+
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
+    CHECK(device, F_NONE);
+    return copy_str(uuid, length, device->uuid);
+}
+
+API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length) {
+    CHECK(device, F_NONE);
+    return copy_str(serial, length, device->serial);
+}
+
+API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber) {
+    CHECK(device, F_NONE);
+    if (!minorNumber) return NVML_ERROR_INVALID_ARGUMENT;
+    *minorNumber = device->minor;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index) {
+    CHECK(device, F_NONE);
+    if (!index) return NVML_ERROR_INVALID_ARGUMENT;
+    *index = device->index;
+    return NVML_SUCCESS;
+}
+
+static void legacy_bus_id(const struct sim_gpu *g, char out[16]) {
+    snprintf(out, 16, "%04X:%02X:%02X.%X", g->domain & 0xFFFF, g->bus & 0xFF, g->device & 0xFF, g->function & 0xF);
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci) {
+    CHECK(device, F_NONE);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    legacy_bus_id(device, pci->busIdLegacy);
+    snprintf(pci->busId, sizeof pci->busId, "%s", device->bus_id);
+    pci->domain = device->domain;
+    pci->bus = device->bus;
+    pci->device = device->device;
+    pci->pciDeviceId = device->pci_device_id;
+    pci->pciSubSystemId = device->pci_subsystem_id;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_v2_t *pci) {
+    CHECK(device, F_NONE);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    legacy_bus_id(device, pci->busId);
+    pci->domain = device->domain;
+    pci->bus = device->bus;
+    pci->device = device->device;
+    pci->pciDeviceId = device->pci_device_id;
+    pci->pciSubSystemId = device->pci_subsystem_id;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_v1_t *pci) {
+    CHECK(device, F_NONE);
+    if (!pci) return NVML_ERROR_INVALID_ARGUMENT;
+    memset(pci, 0, sizeof *pci);
+    legacy_bus_id(device, pci->busId);
+    pci->domain = device->domain;
+    pci->bus = device->bus;
+    pci->device = device->device;
+    pci->pciDeviceId = device->pci_device_id;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
+    CHECK(device, F_NONE);
+    if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
+    *currentMode = NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = NVML_DEVICE_MIG_DISABLE;
+    return NVML_SUCCESS;
+}
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+static void memory_numbers(nvmlDevice_t d, unsigned long long *used, unsigned long long *reserved) {
+    struct plans ps;
+    load_plans(d, &ps, now_s());
+    unsigned long long total = d->memory_total;
+    *reserved = RESERVED_BYTES < total ? RESERVED_BYTES : total;
+    *used = used_memory(&ps);
+    if (*used > total - *reserved) *used = total - *reserved;
+    free_plans(&ps);
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
+    CHECK(device, F_MEMORY);
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned long long used, reserved;
+    memory_numbers(device, &used, &reserved);
+    memory->total = device->memory_total;
+    memory->used = used;
+    memory->free = device->memory_total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
+    CHECK(device, F_MEMORY);
+    if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
+    if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned long long used, reserved;
+    memory_numbers(device, &used, &reserved);
+    memory->total = device->memory_total;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = device->memory_total - used - reserved;
+    return NVML_SUCCESS;
+}
+
+/* ---- utilization, samples, power, energy, temperature ------------------------------- */
+
+static unsigned int round_pct(double v) {
+    v = fmin(100.0, fmax(0.0, v));
+    return (unsigned int)lround(v);
+}
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
+    CHECK(device, F_UTILIZATION);
+    if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
+    struct plans ps;
+    double now = now_s();
+    load_plans(device, &ps, now);
+    double gpu = util_integral(&ps, now - 1.0, now); /* mean over the last second */
+    free_plans(&ps);
+    utilization->gpu = round_pct(gpu);
+    utilization->memory = round_pct(gpu / 2.0);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned long long lastSeenTimeStamp,
+                                      int *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples) {
+    CHECK(device, F_SAMPLES);
+    if (!sampleValType || !sampleCount) return NVML_ERROR_INVALID_ARGUMENT;
+    if (type != NVML_GPU_UTILIZATION_SAMPLES) return NVML_ERROR_NOT_SUPPORTED;
+    double now = now_s();
+    long long last = (long long)floor(now);
+    /* one sample per whole second t, covering (t-1, t]; the last SAMPLE_RING are kept */
+    long long first = last - SAMPLE_RING + 1;
+    long long created = (long long)floor(device->created) + 1;
+    if (first < created) first = created;
+    long long seen = (long long)(lastSeenTimeStamp / 1000000ULL); /* samples are on whole seconds */
+    if (first <= seen) first = seen + 1;
+    unsigned int n = last >= first ? (unsigned int)(last - first + 1) : 0;
+    *sampleValType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    if (n == 0) {
+        *sampleCount = 0;
+        return NVML_ERROR_NOT_FOUND;
+    }
+    if (!samples) {
+        *sampleCount = n;
+        return NVML_SUCCESS;
+    }
+    /* A second may have ticked since the size query: return the oldest that fit. */
+    if (*sampleCount < n) n = *sampleCount;
+    struct plans ps;
+    load_plans(device, &ps, now);
+    for (unsigned int i = 0; i < n; i++) {
+        long long t = first + i;
+        samples[i].timeStamp = (unsigned long long)t * 1000000ULL;
+        samples[i].sampleValue.ullVal = 0;
+        samples[i].sampleValue.uiVal = round_pct(util_integral(&ps, (double)t - 1.0, (double)t));
+    }
+    free_plans(&ps);
+    *sampleCount = n;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
+    CHECK(device, F_POWER);
+    if (!power) return NVML_ERROR_INVALID_ARGUMENT;
+    struct plans ps;
+    double now = now_s();
+    load_plans(device, &ps, now);
+    double u = util_instant(&ps, now);
+    free_plans(&ps);
+    *power = device->power_idle_mw + (unsigned int)llround((device->power_max_mw - device->power_idle_mw) * u / 100.0);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit) {
+    CHECK(device, F_POWER);
+    if (!limit) return NVML_ERROR_INVALID_ARGUMENT;
+    *limit = device->power_max_mw;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
+    CHECK(device, F_ENERGY);
+    if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+    struct plans ps;
+    double now = now_s();
+    load_plans(device, &ps, now);
+    double from = fmax(ps.base_until, device->created);
+    double util_ps = ps.base_integral + util_integral(&ps, from, now); /* percent-seconds */
+    free_plans(&ps);
+    double mj = device->power_idle_mw * fmax(0.0, now - device->created) +
+                (device->power_max_mw - device->power_idle_mw) * util_ps / 100.0;
+    *energy = (unsigned long long)llround(mj);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, unsigned int *temp) {
+    CHECK(device, F_TEMPERATURE);
+    if (!temp || sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    struct plans ps;
+    double now = now_s();
+    load_plans(device, &ps, now);
+    double u = util_instant(&ps, now);
+    free_plans(&ps);
+    *temp = (unsigned int)lround(30.0 + 0.4 * u);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType, int counterType,
+                                             unsigned long long *eccCounts) {
+    CHECK(device, F_ECC);
+    if (!eccCounts || errorType < 0 || errorType > 1 || counterType < 0 || counterType > 1)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char path[PATH_LEN], text[512];
+    snprintf(path, sizeof path, "%s/ecc", device->dir);
+    *eccCounts = 0;
+    if (read_small(path, text, sizeof text) > 0)
+        *eccCounts = (unsigned long long)kv_double(text, errorType == 0 ? "corrected" : "uncorrected", 0);
+    return NVML_SUCCESS;
+}
+
+/* ---- processes ------------------------------------------------------------------------ */
+
+/* NVML's two-call protocol: *infoCount in = capacity, out = processes (needed or written). */
+static nvmlReturn_t list_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, size_t stride,
+                                   int with_instances) {
+    if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
+    struct plans ps;
+    load_plans(device, &ps, now_s());
+    unsigned int n = 0;
+    for (size_t i = 0; i < ps.n; i++) n += ps.v[i].live ? 1U : 0U;
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (*infoCount < n) {
+        rc = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else if (n > 0 && !infos) {
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    } else {
+        unsigned int k = 0;
+        for (size_t i = 0; i < ps.n; i++) {
+            if (!ps.v[i].live) continue;
+            char *slot = (char *)infos + stride * k++;
+            if (with_instances) {
+                nvmlProcessInfo_v2_t info = {ps.v[i].pid, ps.v[i].mem_bytes, NO_INSTANCE, NO_INSTANCE};
+                memcpy(slot, &info, sizeof info);
+            } else {
+                nvmlProcessInfo_v1_t info = {ps.v[i].pid, ps.v[i].mem_bytes};
+                memcpy(slot, &info, sizeof info);
+            }
+        }
+    }
+    *infoCount = n;
+    free_plans(&ps);
+    return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_t *infos) {
+    CHECK(device, F_PROCESSES);
+    return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_t), 1);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                         nvmlProcessInfo_v2_t *infos) {
+    CHECK(device, F_PROCESSES);
+    return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_v2_t), 1);
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                      nvmlProcessInfo_v1_t *infos) {
+    CHECK(device, F_PROCESSES);
+    return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_v1_t), 0);
+}
+
+/* The simulated GPUs run no graphics contexts. */
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                          nvmlProcessInfo_t *infos) {
+    CHECK(device, F_PROCESSES);
+    (void)infos;
+    if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
+    *infoCount = 0;
+    return NVML_SUCCESS;
+}

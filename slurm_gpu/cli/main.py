@@ -1,0 +1,55 @@
+"""The `slurm-gpu` command: a click group that other command modules plug into.
+
+Each module in slurm_gpu/cli/ defines one command or group; import it at the top and
+register it at the bottom of this file with `cli.add_command(...)`. Commands get shared
+state (the --config choice, the lazily loaded Config) through
+`slurm_gpu.cli.context.pass_app`.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from slurm_gpu import __version__
+from slurm_gpu.cli.config_cmd import config_group
+from slurm_gpu.cli.context import AppContext
+from slurm_gpu.errors import SlurmGpuError
+
+
+class SlurmGpuGroup(click.Group):
+    """A click group that turns expected failures into one line each on stderr, exit 1.
+
+    Anything that is not a SlurmGpuError is a bug and keeps its traceback.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SlurmGpuError as exc:
+            for line in str(exc).splitlines() or [type(exc).__name__]:
+                click.echo(f"slurm-gpu: {line}", err=True)
+            ctx.exit(1)
+
+
+@click.group(cls=SlurmGpuGroup)
+@click.version_option(
+    __version__, "--version", prog_name="slurm-gpu", message="%(prog)s %(version)s"
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Config file (default: $SLURM_GPU_CONFIG, else /etc/slurm-gpu/slurm-gpu.toml).",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None) -> None:
+    """GPU usage accounting and policy enforcement for Slurm clusters."""
+    app = ctx.ensure_object(AppContext)
+    if config_path is not None:
+        app.config_path = config_path
+
+
+# Command modules register here, one line each.
+cli.add_command(config_group)

@@ -1,0 +1,159 @@
+"""Frozen value types shared across layers: devices, readings, job events, summaries.
+
+Times are POSIX seconds (float, UTC). Units are in the names. A field that NVML could not
+read (not supported, GPU lost) is None: missing data is never zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+@dataclass(frozen=True)
+class GpuDevice:
+    """One GPU as NVML lists it (`nvidia-smi --query-gpu=index,uuid,name,pci.bus_id`)."""
+
+    uuid: str
+    name: str
+    minor: int
+    nvml_index: int
+    pci_bus_id: str
+    memory_total_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A compute process on a GPU (`nvidia-smi --query-compute-apps=pid,used_memory`)."""
+
+    pid: int
+    used_memory_bytes: int | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """What the agent read from one GPU for the window (period_start, period_end].
+
+    Utilization comes from NVML's own samples inside the window (nvmlDeviceGetSamples),
+    so the mean is the true mean over the window, not a point sample.
+    """
+
+    uuid: str
+    period_start: float
+    period_end: float
+    util_mean_percent: float | None = None
+    util_max_percent: float | None = None
+    util_min_percent: float | None = None
+    util_sample_count: int = 0
+    util_active_sample_count: int = 0
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    power_watts: float | None = None
+    energy_joules: float | None = None
+    temperature_celsius: float | None = None
+    ecc_errors_total: int | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+    lost: bool = False
+
+
+@dataclass(frozen=True)
+class GpuInterval:
+    """One GPU over one shipping period (a minute by default), attributed to a job.
+
+    This is the row the agent ships to the store; (node, gpu_uuid, period_start) is its
+    idempotency key, so shipping it twice stores it once.
+    """
+
+    node: str
+    gpu_uuid: str
+    period_start: float
+    period_end: float
+    job_id: int | None
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    util_min_percent: float | None
+    util_sample_count: int
+    active_seconds: float
+    covered_seconds: float
+    mem_used_max_bytes: int | None
+    mem_total_bytes: int | None
+    power_mean_watts: float | None
+    energy_joules: float | None
+    temperature_max_celsius: float | None
+    ecc_errors_total: int | None
+    unallocated_pids: tuple[int, ...] = ()
+
+
+class JobEventKind(str, Enum):
+    """What a hook saw happen to a job on a node."""
+
+    STARTED = "started"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """A prolog ("started") or epilog ("ended") event of one job on one node."""
+
+    node: str
+    job_id: int
+    kind: JobEventKind
+    time: float
+    user: str = ""
+    uid: int | None = None
+    account: str = ""
+    partition: str = ""
+    gpu_indices: tuple[int, ...] = ()
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    exit_code: int | None = None
+
+    @property
+    def key(self) -> str:
+        """Idempotency key: a node sees each job start and end once."""
+        return f"{self.node}:{self.job_id}:{self.kind.value}"
+
+
+@dataclass(frozen=True)
+class JobGpuSummary:
+    """A finished job's use of one GPU on one node (the row reports are built on)."""
+
+    job_id: int
+    node: str
+    gpu_uuid: str
+    gpu_model: str
+    start: float
+    end: float
+    gpu_seconds: float
+    util_mean_percent: float | None
+    util_max_percent: float | None
+    active_seconds: float
+    mem_max_bytes: int | None
+    mem_gib_seconds: float
+    energy_joules: float | None
+    reading_count: int
+    missing_seconds: float
+    user: str = ""
+    account: str = ""
+    partition: str = ""
+
+    @property
+    def missing(self) -> bool:
+        """True when part of the job has no readings (agent down, GPU lost)."""
+        return self.missing_seconds > 0
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One GPU allocated to one job on this node, as the prolog recorded it."""
+
+    job_id: int
+    slurm_index: int
+    start: float
+    user: str = ""
+    uid: int | None = None
+    account: str = ""
+    partition: str = ""
+    extra: dict[str, str] = field(default_factory=dict, compare=False)

@@ -1,0 +1,158 @@
+"""Reading what the prolog/epilog hooks wrote under <state_dir>/<node>/.
+
+The hooks (POSIX sh, prolog/ and epilog/) write `key=value` files ending in `end=1` and
+rename them into place; the time of an event is the file's mtime (the hooks fork no
+`date`). A file that cannot be parsed is moved to `.quarantine/`, never deleted, so no
+event is lost and a bad file does not block the ones behind it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurm_gpu.models import Binding, JobEvent, JobEventKind
+
+log = logging.getLogger(__name__)
+
+_INT_FIELDS = ("array_job_id", "array_task_id", "het_job_id", "het_job_offset")
+
+
+class HookFileError(ValueError):
+    """A hook file is incomplete or malformed."""
+
+
+@dataclass(frozen=True)
+class EventFile:
+    """An event read from disk, with the path to remove once it is safely spooled."""
+
+    path: Path
+    event: JobEvent
+
+
+def parse_fields(text: str, where: str) -> dict[str, str]:
+    """`key=value` lines -> dict; the file must end with the `end=1` completeness line."""
+    fields: dict[str, str] = {}
+    lines = text.splitlines()
+    if not lines or lines[-1].strip() != "end=1":
+        raise HookFileError(f"{where}: incomplete (no end=1 line)")
+    for number, line in enumerate(lines[:-1], start=1):
+        key, sep, value = line.partition("=")
+        if not sep or not key:
+            raise HookFileError(f"{where}: line {number}: expected key=value, got {line!r}")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
+def _int(fields: dict[str, str], key: str, where: str, required: bool = False) -> int | None:
+    value = fields.get(key, "")
+    if value == "":
+        if required:
+            raise HookFileError(f"{where}: {key} is missing")
+        return None
+    if not value.isdigit():
+        raise HookFileError(f"{where}: {key} must be digits, got {value!r}")
+    return int(value)
+
+
+def _indices(text: str, where: str) -> tuple[int, ...]:
+    parts = [p for p in text.split(",") if p]
+    if not all(p.isdigit() for p in parts):
+        raise HookFileError(f"{where}: gpu_indices must be digits, got {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def parse_event(path: Path, node: str) -> JobEvent:
+    """One `events/<jobid>.<started|ended>.<pid>` file -> JobEvent (time = mtime)."""
+    where = str(path)
+    fields = parse_fields(path.read_text(errors="replace"), where)
+    kind_text = path.name.split(".")[1] if path.name.count(".") >= 2 else ""
+    try:
+        kind = JobEventKind(kind_text)
+    except ValueError as exc:
+        raise HookFileError(f"{where}: unknown event kind {kind_text!r}") from exc
+    job_id = _int(fields, "job_id", where, required=True)
+    assert job_id is not None
+    extras = {key: _int(fields, key, where) for key in _INT_FIELDS}
+    return JobEvent(
+        node=node,
+        job_id=job_id,
+        kind=kind,
+        time=path.stat().st_mtime,
+        user=fields.get("user", ""),
+        uid=_int(fields, "uid", where),
+        account=fields.get("account", ""),
+        partition=fields.get("partition", ""),
+        gpu_indices=_indices(fields.get("gpu_indices", ""), where),
+        exit_code=_int(fields, "exit_code", where),
+        **extras,
+    )
+
+
+def parse_binding(path: Path) -> Binding:
+    """One `bindings/<jobid>.<index>` file -> Binding (start = mtime)."""
+    where = str(path)
+    fields = parse_fields(path.read_text(errors="replace"), where)
+    job_id = _int(fields, "job_id", where, required=True)
+    index = _int(fields, "gpu_index", where, required=True)
+    assert job_id is not None and index is not None
+    return Binding(
+        job_id=job_id,
+        slurm_index=index,
+        start=path.stat().st_mtime,
+        user=fields.get("user", ""),
+        uid=_int(fields, "uid", where),
+        account=fields.get("account", ""),
+        partition=fields.get("partition", ""),
+    )
+
+
+def _visible(directory: Path) -> list[Path]:
+    try:
+        entries = [p for p in directory.iterdir() if not p.name.startswith(".") and p.is_file()]
+    except FileNotFoundError:
+        return []
+    return sorted(entries, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def quarantine(path: Path, reason: str) -> None:
+    """Moves a bad hook file aside (kept for the admin) and logs why."""
+    target_dir = path.parent / ".quarantine"
+    target_dir.mkdir(exist_ok=True)
+    os.replace(path, target_dir / path.name)
+    log.error("hook file quarantined in %s: %s", target_dir, reason)
+
+
+def read_events(node_dir: Path, node: str, grace_seconds: float = 60.0) -> list[EventFile]:
+    """New hook events, oldest first. Bad files older than `grace_seconds` are quarantined."""
+    found: list[EventFile] = []
+    for path in _visible(node_dir / "events"):
+        try:
+            found.append(EventFile(path, parse_event(path, node)))
+        except (HookFileError, OSError) as exc:
+            _handle_bad(path, exc, grace_seconds)
+    return found
+
+
+def read_bindings(node_dir: Path, grace_seconds: float = 60.0) -> list[Binding]:
+    """The GPUs currently bound to jobs on this node, as the prolog left them."""
+    found: list[Binding] = []
+    for path in _visible(node_dir / "bindings"):
+        try:
+            found.append(parse_binding(path))
+        except (HookFileError, OSError) as exc:
+            _handle_bad(path, exc, grace_seconds)
+    return found
+
+
+def _handle_bad(path: Path, exc: Exception, grace_seconds: float) -> None:
+    import time
+
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        return  # removed meanwhile (the epilog ran): nothing to keep
+    if age >= grace_seconds:
+        quarantine(path, str(exc))

@@ -1,0 +1,225 @@
+"""The test bed itself: a real Slurm with simulated GPUs that follow the jobs' workloads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from tests.integration.testbed import TestBed
+
+# All GPUs of a node as pynvml sees them: minor, utilization, memory, process pids.
+READ_ALL_GPUS = """
+result = []
+for i in range(pynvml.nvmlDeviceGetCount()):
+    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+    result.append({
+        "index": i,
+        "minor": pynvml.nvmlDeviceGetMinorNumber(h),
+        "uuid": pynvml.nvmlDeviceGetUUID(h),
+        "util": pynvml.nvmlDeviceGetUtilizationRates(h).gpu,
+        "mem_used_mib": pynvml.nvmlDeviceGetMemoryInfo(h).used // 2**20,
+        "pids": [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)],
+    })
+"""
+
+
+def read_gpus(testbed: TestBed) -> dict[str, list[dict[str, int]]]:
+    """Every GPU of both nodes, by node name."""
+    return {node: testbed.nvml(node, READ_ALL_GPUS) for node in ("gpu1", "gpu2")}  # type: ignore[misc]
+
+
+def wait_for_load(testbed: TestBed, node: str, minors: set[int], timeout: float = 30) -> None:
+    """Waits until gpu-load has registered a process on every GPU in `minors`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        gpus = testbed.nvml(node, READ_ALL_GPUS)
+        if all(g["pids"] for g in gpus if g["minor"] in minors):  # type: ignore[index,union-attr,attr-defined]
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"gpu-load never registered on {node} GPUs {sorted(minors)}")
+
+
+def job_id_of_pid(pid: int) -> int | None:
+    """The SLURM_JOB_ID in a process's environment (root can read any /proc/PID/environ)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"SLURM_JOB_ID="):
+            return int(item.split(b"=", 1)[1])
+    return None
+
+
+def test_two_nodes_with_four_gpus_each(testbed: TestBed) -> None:
+    """sinfo lists gpu1 with 4 a100 and gpu2 with 4 h100, in partitions gpu and debug."""
+    out = testbed.run("sinfo", "-h", "-N", "-o", "%N|%P|%G").stdout.split()
+    assert sorted(set(out)) == [
+        "gpu1|debug|gpu:a100:4",
+        "gpu1|gpu*|gpu:a100:4",
+        "gpu2|debug|gpu:h100:4",
+        "gpu2|gpu*|gpu:h100:4",
+    ]
+
+
+def test_nvml_sees_four_gpus_per_node_with_enumeration_order_unlike_minors(
+    testbed: TestBed,
+) -> None:
+    """gpu1's NVML order differs from its minor numbers, so index == minor is caught."""
+    gpus = read_gpus(testbed)
+    assert [g["minor"] for g in gpus["gpu1"]] == [2, 0, 3, 1]
+    assert [g["minor"] for g in gpus["gpu2"]] == [0, 1, 2, 3]
+    names = testbed.nvml("gpu2", "result = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))")
+    assert names == "NVIDIA H100 80GB HBM3"
+
+
+def test_accounts_and_users_exist_in_slurmdbd(testbed: TestBed) -> None:
+    """alice is in physics, bob in bio, carol in both; all are real Unix users."""
+    out = testbed.run("sacctmgr", "-n", "-P", "show", "assoc", "format=Account,User").stdout
+    pairs = {tuple(line.split("|")) for line in out.split() if line.split("|")[1]}
+    assert {("physics", "alice"), ("bio", "bob"), ("physics", "carol"), ("bio", "carol")} <= pairs
+    for user in ("alice", "bob", "carol"):
+        assert testbed.run("id", "-u", user).stdout.strip().isdigit()
+
+
+def test_gpu_load_drives_exactly_the_gpus_slurm_gave_the_job(
+    testbed: TestBed, cancel_after: list[int]
+) -> None:
+    """A 2-GPU job at 70% shows 70%, its pid and its memory on its GPUs only."""
+    job = testbed.submit(
+        "alice",
+        "--gres=gpu:2",
+        "-p",
+        "gpu",
+        wrap=testbed.gpu_load("--util", "70", "--mem", "20480", "--seconds", "60"),
+    )
+    cancel_after.append(job)
+    testbed.wait_state(job, {"RUNNING"})
+    node, indices = testbed.job_gpus(job)
+    # gres.conf lists nvidia0-3 in order, so Slurm's index i is the device with minor i.
+    minors = set(indices)
+    assert len(minors) == 2
+    wait_for_load(testbed, node, minors)
+    time.sleep(1.5)  # one whole second of load, so the last-second utilization is steady
+
+    for name, gpus in read_gpus(testbed).items():
+        for gpu in gpus:
+            if name == node and gpu["minor"] in minors:
+                assert 68 <= gpu["util"] <= 72, gpu
+                assert 20480 <= gpu["mem_used_mib"] <= 20480 + 1024, gpu
+                assert [job_id_of_pid(p) for p in gpu["pids"]] == [job], gpu
+            else:
+                assert (gpu["util"], gpu["pids"]) == (0, []), (name, gpu)
+
+    testbed.run("scancel", str(job))
+    testbed.wait_done(job)
+    deadline = time.monotonic() + 20
+    while True:
+        busy = [
+            (name, g)
+            for name, gpus in read_gpus(testbed).items()
+            for g in gpus
+            if g["util"] or g["pids"]
+        ]
+        if not busy or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert busy == []
+
+
+def test_gpus_are_released_when_the_job_ends_by_itself(testbed: TestBed) -> None:
+    """After a short job completes, every GPU reads 0% with no process."""
+    job = testbed.submit(
+        "bob", "--gres=gpu:4", wrap=testbed.gpu_load("--util", "50", "--seconds", "3")
+    )
+    assert testbed.wait_done(job) == "COMPLETED"
+    time.sleep(1.5)  # the last second's utilization must cover only idle time
+    gpus = read_gpus(testbed)
+    assert [(g["util"], g["pids"]) for n in gpus for g in gpus[n]] == [(0, [])] * 8
+
+
+def test_sacct_records_the_gpus_and_account(testbed: TestBed) -> None:
+    """sacct shows gres/gpu=2 in AllocTRES under account physics for alice's job."""
+    job = testbed.submit("alice", "--gres=gpu:2", "-A", "physics", wrap="true")
+    testbed.wait_done(job)
+    deadline = time.monotonic() + 30
+    row: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        row = testbed.sacct(job, "User,Account,State,AllocTRES")
+        if row.get("State") == "COMPLETED":
+            break
+        time.sleep(0.5)
+    assert (row["User"], row["Account"], row["State"]) == ("alice", "physics", "COMPLETED")
+    assert "gres/gpu=2" in row["AllocTRES"].split(",")
+
+
+def test_launcher_lifecycle_on_a_fresh_state_dir(tmp_path_factory: object) -> None:
+    """up brings up 2 idle nodes; a second up changes nothing; down leaves no daemon."""
+    state = Path("/var/tmp/slurm-gpu-cluster-lifecycle-test")
+    shutil.rmtree(state, ignore_errors=True)
+    ports = {
+        "SLURM_GPU_CTLD_PORT": "17817",
+        "SLURM_GPU_DBD_PORT": "17819",
+        "SLURM_GPU_DB_PORT": "14306",
+        "SLURM_GPU_NODE1_PORT": "17901",
+        "SLURM_GPU_NODE2_PORT": "17902",
+        "SLURM_GPU_CLUSTER_NAME": "lifecycle",
+    }
+    bed = TestBed.up(state, ports)
+    try:
+        out = bed.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T|%G").stdout.split()
+        assert out == ["gpu1|idle|gpu:a100:4", "gpu2|idle|gpu:h100:4"]
+
+        pids = {p.name: p.read_text() for p in (state / "run").glob("*.pid")}
+        mtimes = {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()}
+        second = bed.launcher("up")
+        assert "nothing to do" in second.stderr
+        assert {p.name: p.read_text() for p in (state / "run").glob("*.pid")} == pids
+        assert {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()} == mtimes
+    finally:
+        bed.launcher("down")
+    ours = [int(text) for name, text in pids.items() if name != "munge.pid"]
+    alive = []
+    for pid in ours:
+        try:
+            os.kill(pid, 0)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    assert alive == []
+    leftovers = [
+        d.name
+        for d in Path("/proc").iterdir()
+        if d.name.isdigit() and str(state).encode() in _cmdline(d)
+    ]
+    assert leftovers == []
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def _cmdline(proc_dir: Path) -> bytes:
+    try:
+        return (proc_dir / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_gpu_load_pid_gone_releases_gpus(testbed: TestBed, cancel_after: list[int]) -> None:
+    """A workload killed with SIGKILL stops showing as a process on its GPUs."""
+    job = testbed.submit("carol", "-A", "bio", "--gres=gpu:1", wrap=testbed.gpu_load("--util", "40", "--seconds", "120"))
+    cancel_after.append(job)
+    testbed.wait_state(job, {"RUNNING"})
+    node, indices = testbed.job_gpus(job)
+    wait_for_load(testbed, node, set(indices))
+    gpus = testbed.nvml(node, READ_ALL_GPUS)
+    (pid,) = next(g["pids"] for g in gpus if g["minor"] == indices[0])  # type: ignore[index,union-attr,attr-defined]
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        gpus = testbed.nvml(node, READ_ALL_GPUS)
+        if not any(g["pids"] for g in gpus):  # type: ignore[index,union-attr,attr-defined]
+            break
+        time.sleep(0.5)
+    assert [g["pids"] for g in gpus] == [[]] * 4  # type: ignore[index,union-attr,attr-defined]

@@ -1,0 +1,184 @@
+"""Driving the local test-bed cluster from tests: submit as a user, wait, read sacct.
+
+The cluster itself is docker/slurm-cluster/local-cluster; this module only talks to it
+through the same commands an admin would type (sbatch, squeue, sacct, scontrol).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LAUNCHER = REPO_ROOT / "docker" / "slurm-cluster" / "local-cluster"
+TERMINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
+)
+
+
+def launcher_env(launcher_env_text: str) -> dict[str, str]:
+    """Turns `local-cluster env` output into an environment, expanding ${VAR:+...}."""
+    script = launcher_env_text + "\nenv -0\n"
+    out = subprocess.run(
+        ["bash", "-c", script], check=True, capture_output=True, env=dict(os.environ)
+    ).stdout
+    pairs = (item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+    return dict(pairs)
+
+
+@dataclass
+class TestBed:
+    """A running test-bed cluster and the environment that reaches it."""
+
+    state_dir: Path
+    env: dict[str, str] = field(repr=False)
+
+    @classmethod
+    def up(cls, state_dir: Path | None = None, extra_env: dict[str, str] | None = None) -> TestBed:
+        """Brings the cluster up (a no-op when it already is) and returns a handle."""
+        env = dict(os.environ)
+        if state_dir is not None:
+            env["SLURM_GPU_CLUSTER_DIR"] = str(state_dir)
+        env.update(extra_env or {})
+        subprocess.run([str(LAUNCHER), "up"], check=True, env=env, timeout=600)
+        text = subprocess.run(
+            [str(LAUNCHER), "env"], check=True, env=env, capture_output=True, text=True
+        ).stdout
+        full = launcher_env(text)
+        full.update(extra_env or {})
+        return cls(state_dir=Path(full["SLURM_GPU_CLUSTER_DIR"]), env=full)
+
+    def launcher(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Runs local-cluster with this bed's environment."""
+        return subprocess.run(
+            [str(LAUNCHER), *args], check=check, env=self.env, capture_output=True, text=True
+        )
+
+    def run(
+        self, *argv: str, user: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs a command against the cluster, as `user` when given (like `su user -c`)."""
+        cmd = list(argv)
+        if user is not None:
+            keep = ",".join(
+                k for k in ("SLURM_CONF", "SIM_NVML_ROOT", "PATH", "SLURM_GPU_CONFIG")
+            )
+            cmd = ["runuser", "-u", user, f"--whitelist-environment={keep}", "--", *cmd]
+        return subprocess.run(
+            cmd, check=check, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    @property
+    def bin_dir(self) -> Path:
+        """Test-bed tools (gpu-load, sim-gpu)."""
+        return self.state_dir / "bin"
+
+    @property
+    def jobs_dir(self) -> Path:
+        """World-writable working directory for test jobs."""
+        return self.state_dir / "jobs"
+
+    def submit(self, user: str, *sbatch_args: str, wrap: str) -> int:
+        """Submits a batch job as `user` and returns its job id."""
+        out = self.run(
+            "sbatch",
+            "--parsable",
+            f"--chdir={self.jobs_dir}",
+            f"--output={self.jobs_dir}/%j.out",
+            *sbatch_args,
+            f"--wrap={wrap}",
+            user=user,
+        ).stdout
+        return int(out.strip().split(";")[0])
+
+    def gpu_load(self, *args: str) -> str:
+        """A shell command line running the test-bed workload with these arguments."""
+        return " ".join([str(self.bin_dir / "gpu-load"), *args])
+
+    def job_state(self, job_id: int) -> str:
+        """The job's state as slurmctld sees it, falling back to sacct once it is gone."""
+        out = self.run("squeue", "-h", "-j", str(job_id), "-o", "%T", check=False).stdout
+        if out.strip():
+            return out.strip()
+        row = self.sacct(job_id, "State")
+        return row["State"].split()[0] if row else "UNKNOWN"
+
+    def wait_state(self, job_id: int, states: set[str], timeout: float = 120) -> str:
+        """Polls until the job reaches one of `states`; fails with its last state."""
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            state = self.job_state(job_id)
+            if state in states:
+                return state
+            if state in TERMINAL_STATES and not states & TERMINAL_STATES:
+                break
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} is {state}, expected one of {sorted(states)}")
+
+    def wait_done(self, job_id: int, timeout: float = 180) -> str:
+        """Waits until the job finished and sacct recorded its end."""
+        return self.wait_state(job_id, set(TERMINAL_STATES), timeout)
+
+    def sacct(self, job_id: int, fields: str) -> dict[str, str]:
+        """The job's allocation row from `sacct -P -X`, as {field: value}."""
+        out = self.run(
+            "sacct", "-P", "-X", "-n", "-j", str(job_id), "-o", fields, check=False
+        ).stdout
+        lines = [line for line in out.splitlines() if line.strip()]
+        if not lines:
+            return {}
+        return dict(zip(fields.split(","), lines[0].split("|"), strict=True))
+
+    def job_gpus(self, job_id: int) -> tuple[str, list[int]]:
+        """(node, Slurm GPU indices) of a running single-node job, from scontrol -d."""
+        out = self.run("scontrol", "-d", "show", "job", str(job_id)).stdout
+        node = ""
+        indices: list[int] = []
+        for token in out.split():
+            if token.startswith("Nodes="):
+                node = token.split("=", 1)[1]
+            if token.startswith("GRES=") and "IDX:" in token:
+                idx = token.split("IDX:", 1)[1].rstrip(")")
+                for part in idx.split(","):
+                    lo, _, hi = part.partition("-")
+                    indices.extend(range(int(lo), int(hi or lo) + 1))
+        return node, indices
+
+    def nvml(self, node: str, script: str) -> object:
+        """Runs a Python snippet that uses pynvml on `node`'s simulated GPUs.
+
+        The snippet gets `pynvml` imported and initialised and assigns `result`; the
+        result comes back through JSON. A subprocess, because the NVML library is chosen
+        by LD_LIBRARY_PATH when the process starts.
+        """
+        program = (
+            "import json, pynvml\npynvml.nvmlInit()\nresult = None\n"
+            + script
+            + "\nprint(json.dumps(result))\n"
+        )
+        env = dict(self.env, SIM_NVML_DIR=str(self.state_dir / "sim-nvml" / node))
+        venv_python = Path(self.env.get("SLURM_GPU_VENV", "/opt/slurm-gpu/venv")) / "bin/python"
+        out = subprocess.run(
+            [str(venv_python), "-c", program],
+            check=True,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+        return json.loads(out)

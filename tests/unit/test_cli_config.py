@@ -1,0 +1,240 @@
+"""The `slurm-gpu` entry point and `slurm-gpu config check`."""
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from slurm_gpu import __version__
+from slurm_gpu.cli.context import AppContext
+from slurm_gpu.cli.main import SlurmGpuGroup, cli
+from slurm_gpu.cli.params import duration_option
+from slurm_gpu.config import CONFIG_ENV_VAR, Config, load_config, parse_settings, render_config
+from slurm_gpu.errors import StoreError
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "tests" / "data" / "configs"
+SCRIPT = Path(sys.executable).parent / "slurm-gpu"
+
+
+def run(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Result:
+    """Invoke the CLI with no real default config file and a controlled environment."""
+    app = AppContext(env=env or {}, default_path=tmp_path / "absent.toml")
+    return CliRunner().invoke(cli, args, obj=app)
+
+
+# Each broken file and the exact dotted key (with the start of the explanation) that
+# `config check` must name.
+BROKEN = [
+    ("unknown_key", "node.intervall: unknown key; did you mean 'interval'?"),
+    ("wrong_type", "node.ship_batch_size: expected an integer"),
+    ("bool_as_int", "node.missing_after_intervals: expected an integer, got true (boolean)"),
+    ("negative_duration", "node.interval: a duration must not be negative"),
+    ("zero_interval", "node.interval: must be greater than 0"),
+    ("bad_duration_text", "slurm.command_timeout: unknown unit 'seconds'"),
+    ("duration_units_out_of_order", "store.readings_retention: units out of order"),
+    ("percent_150", "node.active_threshold_percent: must be between 0 and 100, got 150"),
+    ("bad_url_scheme", "store.url: unsupported database URL"),
+    ("bad_log_level", 'logging.level: expected one of "DEBUG", "INFO", "WARNING", "ERROR"'),
+    ("syntax_error", "line 3, column 13: Invalid value"),
+    ("unknown_section", "nodes: unknown section; did you mean 'node'?"),
+    ("list_for_string", "cluster.name: expected a string, got"),
+    ("section_not_table", "node: expected a table [node]"),
+    ("float_for_int", "node.ship_batch_size: expected an integer, got 2.5 (float)"),
+    ("bad_metrics_address", 'node.metrics_address: expected "host:port"'),
+    ("empty_path", "node.state_dir: expected a path"),
+    ("duration_as_bool", "store.ship_aggregate: expected a duration"),
+]
+
+
+@pytest.mark.parametrize(("name", "expected"), BROKEN, ids=[name for name, _ in BROKEN])
+def test_check_rejects_broken_config(tmp_path: Path, name: str, expected: str) -> None:
+    """`config check --config F` exits 1 and names the file and the dotted key on stderr."""
+    path = CONFIGS / f"{name}.toml"
+    result = run(["config", "check", "--config", str(path)], tmp_path)
+    expected_exit = (1, "")
+    assert expected_exit == (result.exit_code, result.stdout)
+    assert result.stderr.startswith(f"slurm-gpu: {path}: {expected}")
+
+
+def test_check_reports_every_problem_on_its_own_line(tmp_path: Path) -> None:
+    """Several problems give several `slurm-gpu: <file>: <key>: ...` lines."""
+    path = CONFIGS / "several_problems.toml"
+    result = run(["config", "check", "--config", str(path)], tmp_path)
+    keys = [line.split(": ")[2] for line in result.stderr.splitlines()]
+    expected = ["node.interval", "node.active_threshold_percent", "logging.level"]
+    assert (1, expected) == (result.exit_code, keys)
+
+
+def test_check_missing_explicit_file_fails(tmp_path: Path) -> None:
+    """A --config file that does not exist is an error, not a silent fallback."""
+    missing = tmp_path / "missing.toml"
+    result = run(["config", "check", "--config", str(missing)], tmp_path)
+    expected = (1, f"slurm-gpu: {missing}: No such file or directory\n")
+    assert expected == (result.exit_code, result.stderr)
+
+
+def test_check_valid_file_prints_effective_config(tmp_path: Path) -> None:
+    """A valid file: its effective config as TOML on stdout, "config OK: <path>" on stderr."""
+    path = CONFIGS / "valid.toml"
+    result = run(["config", "check", "--config", str(path)], tmp_path)
+    expected = (0, render_config(load_config(path, env={})), f"config OK: {path}\n")
+    assert expected == (result.exit_code, result.stdout, result.stderr)
+
+
+def test_check_output_loads_back_to_same_config(tmp_path: Path) -> None:
+    """What `config check` prints is itself a valid config with the same values."""
+    path = CONFIGS / "valid.toml"
+    result = run(["config", "check", "--config", str(path)], tmp_path)
+    printed = parse_settings(Config, tomllib.loads(result.stdout), "stdout")
+    assert load_config(path, env={}) == printed
+
+
+def test_check_without_any_file_uses_defaults(tmp_path: Path) -> None:
+    """No --config, no $SLURM_GPU_CONFIG, no default file: defaults, "config OK: defaults"."""
+    result = run(["config", "check"], tmp_path)
+    expected = (0, render_config(Config()), "config OK: defaults\n")
+    assert expected == (result.exit_code, result.stdout, result.stderr)
+
+
+def test_check_uses_env_var(tmp_path: Path) -> None:
+    """$SLURM_GPU_CONFIG names the file when --config is absent."""
+    path = CONFIGS / "valid.toml"
+    result = run(["config", "check"], tmp_path, env={CONFIG_ENV_VAR: str(path)})
+    assert (0, f"config OK: {path}\n") == (result.exit_code, result.stderr)
+
+
+def test_check_reads_process_environment(tmp_path: Path) -> None:
+    """Without an injected env, $SLURM_GPU_CONFIG comes from the process environment."""
+    path = CONFIGS / "valid.toml"
+    app = AppContext(default_path=tmp_path / "absent.toml")
+    result = CliRunner().invoke(cli, ["config", "check"], obj=app, env={CONFIG_ENV_VAR: str(path)})
+    assert (0, f"config OK: {path}\n") == (result.exit_code, result.stderr)
+
+
+def test_group_config_option_beats_env_var(tmp_path: Path) -> None:
+    """`slurm-gpu --config F config check` uses F even when $SLURM_GPU_CONFIG is set."""
+    path = CONFIGS / "valid.toml"
+    env = {CONFIG_ENV_VAR: str(CONFIGS / "unknown_key.toml")}
+    result = run(["--config", str(path), "config", "check"], tmp_path, env=env)
+    assert (0, f"config OK: {path}\n") == (result.exit_code, result.stderr)
+
+
+def test_check_config_option_beats_group_option(tmp_path: Path) -> None:
+    """`config check --config F` wins over the group's --config."""
+    path = CONFIGS / "valid.toml"
+    broken = CONFIGS / "unknown_key.toml"
+    result = run(["--config", str(broken), "config", "check", "--config", str(path)], tmp_path)
+    assert (0, f"config OK: {path}\n") == (result.exit_code, result.stderr)
+
+
+def test_help_works_with_broken_config(tmp_path: Path) -> None:
+    """The config is loaded only by commands that need it, so --help never fails on it."""
+    broken = CONFIGS / "syntax_error.toml"
+    result = run(["--config", str(broken), "config", "--help"], tmp_path)
+    expected = 0
+    assert expected == result.exit_code
+
+
+def test_version(tmp_path: Path) -> None:
+    """--version prints `slurm-gpu <version>`."""
+    result = run(["--version"], tmp_path)
+    assert (0, f"slurm-gpu {__version__}\n") == (result.exit_code, result.stdout)
+
+
+def test_app_context_loads_config_once(tmp_path: Path) -> None:
+    """AppContext.config is read on first use and then reused."""
+    path = tmp_path / "c.toml"
+    path.write_text('[cluster]\nname = "first"\n')
+    app = AppContext(config_path=path, env={})
+    first = app.config
+    path.write_text('[cluster]\nname = "second"\n')
+    assert ("first", first) == (app.config.cluster.name, app.config)
+
+
+def test_slurm_gpu_error_becomes_one_line_and_exit_1() -> None:
+    """A SlurmGpuError from any command: `slurm-gpu: <message>` on stderr, exit 1."""
+
+    @click.group(cls=SlurmGpuGroup)
+    def group() -> None:
+        """A stand-in for `cli`."""
+
+    @group.command()
+    def fail() -> None:
+        raise StoreError("database is locked")
+
+    result = CliRunner().invoke(group, ["fail"])
+    expected = (1, "slurm-gpu: database is locked\n", SystemExit)
+    assert expected == (result.exit_code, result.stderr, type(result.exception))
+
+
+def test_other_errors_keep_their_traceback() -> None:
+    """An unexpected exception is a bug and is not turned into a one-liner."""
+
+    @click.group(cls=SlurmGpuGroup)
+    def group() -> None:
+        """A stand-in for `cli`."""
+
+    @group.command()
+    def crash() -> None:
+        raise KeyError("bug")
+
+    result = CliRunner().invoke(group, ["crash"])
+    assert isinstance(result.exception, KeyError)
+
+
+def test_console_script_reports_broken_config(tmp_path: Path) -> None:
+    """The installed `slurm-gpu` script: exit 1, file and key on stderr, no traceback."""
+    path = CONFIGS / "bool_as_int.toml"
+    proc = subprocess.run(
+        [str(SCRIPT), "config", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    expected = (
+        1,
+        "",
+        f"slurm-gpu: {path}: node.missing_after_intervals: "
+        "expected an integer, got true (boolean)\n",
+    )
+    assert expected == (proc.returncode, proc.stdout, proc.stderr)
+
+
+def test_console_script_checks_example_config() -> None:
+    """The installed script accepts conf/slurm-gpu.toml."""
+    path = REPO / "conf" / "slurm-gpu.toml"
+    proc = subprocess.run(
+        [str(SCRIPT), "config", "check", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (0, f"config OK: {path}\n") == (proc.returncode, proc.stderr)
+
+
+@click.command()
+@click.option("--idle-for", callback=duration_option, metavar="DURATION")
+def idle_command(idle_for: float | None) -> None:
+    """Echoes the parsed --idle-for."""
+    click.echo(repr(idle_for))
+
+
+@pytest.mark.parametrize(("given", "expected"), [("1h30m", "5400.0\n"), ("600", "600.0\n")])
+def test_duration_option_parses_like_config(given: str, expected: str) -> None:
+    """duration_option turns "1h30m" or "600" into seconds for a command."""
+    result = CliRunner().invoke(idle_command, ["--idle-for", given])
+    assert (0, expected) == (result.exit_code, result.stdout)
+
+
+def test_duration_option_rejects_bad_text() -> None:
+    """A bad duration is a usage error (exit 2) naming the option."""
+    result = CliRunner().invoke(idle_command, ["--idle-for", "soon"])
+    expected = (2, True)
+    message = "Invalid value for '--idle-for': not a duration: 'soon'"
+    assert expected == (result.exit_code, message in result.stderr)
