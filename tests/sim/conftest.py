@@ -63,7 +63,11 @@ class Node:
         self, ops: list[dict[str, Any]], *, init: bool = True, env: dict[str, str] | None = None
     ) -> list[Any]:
         """Runs the ops in a fresh pynvml process; results exclude the implicit init."""
-        full_env = {**os.environ, "LD_LIBRARY_PATH": str(self.libdir), "SIM_NVML_DIR": str(self.dir)}
+        full_env = {
+            **os.environ,
+            "LD_LIBRARY_PATH": str(self.libdir),
+            "SIM_NVML_DIR": str(self.dir),
+        }
         full_env.update(env or {})
         all_ops = ([{"op": "init"}] if init else []) + ops
         done = subprocess.run(
@@ -126,14 +130,15 @@ def uuid_of(node: Node, minor: int) -> str:
     raise KeyError(minor)
 
 
-def make_node(root: Path, libdir: Path) -> Node:
+def make_node(root: Path, libdir: Path, created: float | None = None) -> Node:
+    """Creates the GPUs of NODE under root; by default they were made 10 s ago."""
     root.mkdir(parents=True, exist_ok=True)
     node = Node(root=root, libdir=libdir)
     sim_gpu(
         "create", "--dir", str(node.dir), "--node", NODE, "--model", MODEL,
         "--memory-mib", "81920", "--count", "4", "--order", ",".join(map(str, ORDER)),
         "--power-idle-w", "60", "--power-max-w", "400",
-        "--created", str(time.time() - 10),  # so every GPU already has samples
+        "--created", str(created or time.time() - 10),  # so every GPU already has samples
     )  # fmt: skip
     return node
 

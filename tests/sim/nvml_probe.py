@@ -9,6 +9,9 @@ Operations:
         pynvml.<fn>(handle-of-index, *args); without "index", pynvml.<fn>(*args)
     {"op": "devices"}           every field of every device (see snapshot())
     {"op": "raw_procs", "index": 0, "capacity": 0}   the C call with a NULL/short buffer
+    {"op": "index_by", "by": "uuid"|"pci", "key": K}   index of the device found by K
+    {"op": "timed_energy", "index": 0}   [read time, energy mJ]
+    {"op": "sampler", "index": 0, "seconds": S}   samples/energy before and after S seconds
     {"op": "time"} / {"op": "sleep", "seconds": S}
 """
 
@@ -136,6 +139,8 @@ def run(op: dict[str, Any]) -> Any:
         return raw_procs(op["index"], op.get("capacity", 0))
     if kind == "index_by":
         return index_by(op["by"], op["key"])
+    if kind == "timed_energy":
+        return timed_energy(pynvml.nvmlDeviceGetHandleByIndex(op["index"]))
     if kind == "sampler":
         return sampler(op["index"], op["seconds"])
     if kind == "call":

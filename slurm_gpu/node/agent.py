@@ -1,0 +1,215 @@
+"""The node agent's sampling tick: hooks' events -> GPU reads -> spool, in one transaction.
+
+Each tick:
+1. takes the hooks' new event files into the spool (then deletes them),
+2. reads every GPU through the GpuSource, splits the window since the last read by the
+   jobs that held the GPU (attribution.py) and merges the pieces into the spool,
+3. seals finished shipping periods into the outbox and summarizes jobs that ended.
+Shipping to the store happens elsewhere (shipper.py), so a store outage never stops this.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurm_gpu.gpu import GpuSnapshot, GpuSource
+from slurm_gpu.models import GpuDevice, JobGpuSummary
+from slurm_gpu.node.attribution import JobSpan, period_start, split_window
+from slurm_gpu.node.hookfiles import read_bindings, read_events
+from slurm_gpu.node.spool import Spool
+from slurm_gpu.slurm.gres import GresGpuFile, index_to_minor
+
+log = logging.getLogger(__name__)
+
+_CGROUP_JOB = re.compile(rb"/job_(\d+)(?:/|$)")
+
+
+def job_of_pid(pid: int, proc: Path = Path("/proc")) -> int | None:
+    """The Slurm job a process belongs to: its cgroup (job_N), else SLURM_JOB_ID."""
+    try:
+        match = _CGROUP_JOB.search((proc / str(pid) / "cgroup").read_bytes())
+        if match:
+            return int(match.group(1))
+        for item in (proc / str(pid) / "environ").read_bytes().split(b"\0"):
+            if item.startswith(b"SLURM_JOB_ID="):
+                value = item.split(b"=", 1)[1]
+                return int(value) if value.isdigit() else None
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class TickResult:
+    """What one tick did (for logs, metrics and tests)."""
+
+    time: float
+    snapshots: dict[str, GpuSnapshot] = field(default_factory=dict)
+    events: int = 0
+    sealed: int = 0
+    summaries: list[JobGpuSummary] = field(default_factory=list)
+    unallocated: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class NodeAgent:
+    """Samples one node's GPUs into its spool.
+
+    Args:
+        node: Slurm node name (SLURMD_NODENAME of the hooks).
+        node_dir: <state_dir>/<node>, where the hooks write.
+        source: the GPUs.
+        spool: the node's spool.
+        gres_files: this node's GPU device files in Slurm index order (gres.conf).
+        interval: seconds between ticks.
+        period: shipping period in seconds (intervals are aggregated to this).
+        active_threshold: utilization percent above which a sample counts as active.
+        max_gap_intervals: a read later than this many intervals after the previous one
+            does not claim the gap: it is recorded as missing, not as idle.
+        clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job).
+        stat: os.stat, for resolving device minors.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        node_dir: Path,
+        source: GpuSource,
+        spool: Spool,
+        gres_files: list[GresGpuFile],
+        interval: float = 10.0,
+        period: float = 60.0,
+        active_threshold: float = 5.0,
+        max_gap_intervals: float = 3.0,
+        clock: Callable[[], float] = time.time,
+        pid_job: Callable[[int], int | None] = job_of_pid,
+        stat: Callable[[str], os.stat_result] = os.stat,
+    ) -> None:
+        self.node = node
+        self.node_dir = node_dir
+        self.source = source
+        self.spool = spool
+        self.interval = interval
+        self.period = period
+        self.active_threshold = active_threshold
+        self.max_gap = max_gap_intervals * interval
+        self.clock = clock
+        self.pid_job = pid_job
+        self.devices: list[GpuDevice] = source.devices()
+        by_minor = {d.minor: d for d in self.devices}
+        # Slurm index -> NVML device, through the device file's minor number.
+        self.index_uuid: dict[int, str] = {}
+        for index, minor in index_to_minor(gres_files, stat).items():
+            if minor in by_minor:
+                self.index_uuid[index] = by_minor[minor].uuid
+            else:
+                log.error("gres.conf GPU %d (minor %d) has no NVML device", index, minor)
+        self.uuid_index = {u: i for i, u in self.index_uuid.items()}
+        self._warned_pids: set[tuple[str, int]] = set()
+
+    def tick(self) -> TickResult:
+        """One sampling round (see module docstring)."""
+        now = self.clock()
+        result = TickResult(time=now)
+        event_files = read_events(self.node_dir, self.node)
+        with self.spool.transaction() as db:
+            for item in event_files:
+                self.spool.apply_event(db, item.event)
+        for item in event_files:
+            item.path.unlink(missing_ok=True)
+        result.events = len(event_files)
+        self._adopt_orphan_bindings()
+
+        spans = self.spool.spans()
+        state = self.spool.gpu_state()
+        with self.spool.transaction() as db:
+            for device in self.devices:
+                self._read_gpu(db, device, spans, state.get(device.uuid), now, result)
+            for job_id in sorted({s.job_id for s in spans if s.end is not None and s.end <= now}):
+                result.summaries += self.spool.finish_job(db, self.node, job_id, self.index_uuid)
+        return result
+
+    def _adopt_orphan_bindings(self) -> None:
+        """A binding with no span means its started event was lost: trust the binding."""
+        known = {(s.job_id, s.slurm_index) for s in self.spool.spans()}
+        orphans = [b for b in read_bindings(self.node_dir) if (b.job_id, b.slurm_index) not in known]
+        if not orphans:
+            return
+        with self.spool.transaction() as db:
+            for b in orphans:
+                span = JobSpan(b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition)
+                self.spool.add_span(db, span)
+
+    def _read_gpu(
+        self,
+        db: object,
+        device: GpuDevice,
+        spans: list[JobSpan],
+        state: tuple[float | None, float | None, float | None] | None,
+        now: float,
+        result: TickResult,
+    ) -> None:
+        import sqlite3
+
+        assert isinstance(db, sqlite3.Connection)
+        last_read, last_sample, last_energy = state or (None, None, None)
+        continuous = last_read is not None and 0 < now - last_read <= self.max_gap
+        w0 = last_read if continuous and last_read is not None else now - self.interval
+        since = last_sample if continuous and last_sample is not None else w0
+        snap = self.source.snapshot(device, since)
+        result.snapshots[device.uuid] = snap
+        if snap.error is not None:
+            # Nothing is known about this window: it stays uncovered (missing).
+            self.spool.set_gpu_state(db, device.uuid, now, last_sample, None)
+            return
+        energy_delta = None
+        if continuous and snap.energy_joules is not None and last_energy is not None:
+            delta = snap.energy_joules - last_energy
+            energy_delta = delta if delta >= 0 else None  # counter reset (driver reload)
+        index = self.uuid_index.get(device.uuid)
+        mine = [
+            s
+            for s in spans
+            if s.slurm_index == index and s.start < now and (s.end is None or s.end > w0)
+        ]
+        pieces = split_window(
+            w0, now, snap, mine, self.period, self.active_threshold, energy_delta
+        )
+        unallocated = self._unallocated(device.uuid, snap, mine, now)
+        if unallocated:
+            result.unallocated[device.uuid] = unallocated
+        for n, piece in enumerate(pieces):
+            self.spool.add_piece(
+                db,
+                device.uuid,
+                device.name,
+                piece,
+                snap.mem_total_bytes,
+                snap.temperature_celsius,
+                snap.ecc_errors_total,
+                unallocated if n == len(pieces) - 1 else (),
+            )
+        result.sealed += self.spool.seal_periods(
+            db, self.node, device.uuid, period_start(now, self.period) - self.period
+        )
+        newest = max((s.time for s in snap.samples), default=last_sample)
+        self.spool.set_gpu_state(db, device.uuid, now, newest, snap.energy_joules)
+
+    def _unallocated(
+        self, uuid: str, snap: GpuSnapshot, spans: list[JobSpan], now: float
+    ) -> tuple[int, ...]:
+        """Pids on this GPU that belong to no job holding it now (DESIGN: security)."""
+        holders = {s.job_id for s in spans if s.end is None or s.end >= now}
+        strays = tuple(
+            p.pid for p in snap.processes or () if self.pid_job(p.pid) not in holders
+        )
+        for pid in strays:
+            if (uuid, pid) not in self._warned_pids:
+                self._warned_pids.add((uuid, pid))
+                log.warning("unallocated GPU use: pid %d on GPU %s belongs to no job holding it", pid, uuid)
+        return strays

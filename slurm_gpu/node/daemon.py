@@ -1,0 +1,128 @@
+"""`slurm-gpu node run`: the agent's tick loop, the shipper thread and /metrics together."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import socket
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from slurm_gpu.config import Config
+from slurm_gpu.gpu.nvml import NvmlSource
+from slurm_gpu.node.agent import NodeAgent
+from slurm_gpu.node.exporter import NodeMetrics
+from slurm_gpu.node.shipper import Shipper
+from slurm_gpu.node.spool import Spool
+from slurm_gpu.slurm.admin_comment import write_job_summary
+from slurm_gpu.slurm.gres import load_gres_conf
+from slurm_gpu.slurm.runner import SlurmCommands
+from slurm_gpu.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def default_node_name() -> str:
+    """The short host name, as slurmd uses when -N is not given."""
+    return socket.gethostname().split(".")[0]
+
+
+def spool_path(config: Config, node: str) -> Path:
+    """<state_dir>/<node>/spool.db."""
+    return Path(config.node.state_dir) / node / "spool.db"
+
+
+def build_agent(config: Config, node: str) -> NodeAgent:
+    """A NodeAgent wired to NVML, the node's spool and its gres.conf."""
+    node_dir = Path(config.node.state_dir) / node
+    interval = float(config.node.interval)
+    return NodeAgent(
+        node=node,
+        node_dir=node_dir,
+        source=NvmlSource(),
+        spool=Spool(spool_path(config, node)),
+        gres_files=load_gres_conf(Path(config.node.gres_conf), node),
+        interval=interval,
+        period=max(float(config.store.ship_aggregate), interval),
+        active_threshold=float(config.node.active_threshold_percent),
+        max_gap_intervals=float(config.node.missing_after_intervals),
+    )
+
+
+def run_node(config: Config, node: str, once: bool = False) -> int:
+    """Runs the agent until SIGTERM/SIGINT (or one tick and one drain with `once`)."""
+    agent = build_agent(config, node)
+    store = Store(config.store.url, cluster=config.cluster.name)
+    slurm = SlurmCommands(
+        bin_dir=config.slurm.bin_dir,
+        timeout=float(config.slurm.command_timeout),
+        conf=config.slurm.conf,
+    )
+
+    def write_admin_comments(job_ids: list[int]) -> None:
+        for job_id in job_ids:
+            write_job_summary(slurm, job_id, store.job_summaries(job_id), config.cluster.name)
+
+    shipper = Shipper(
+        Spool(spool_path(config, node)),
+        store,
+        node,
+        batch_size=config.node.ship_batch_size,
+        backoff_max=float(config.node.ship_backoff_max),
+        on_summaries=write_admin_comments if config.node.write_admin_comment else None,
+    )
+    with agent.spool.transaction() as db:
+        agent.spool.queue(
+            db,
+            "inventory",
+            f"inventory:{node}",
+            {"devices": [asdict(d) for d in agent.devices], "seen_at": time.time()},
+        )
+    metrics = NodeMetrics()
+    if config.node.metrics_address:
+        metrics.serve(config.node.metrics_address)
+    log.info(
+        "node agent for %s: %d GPUs, interval %.0fs, spool %s",
+        node,
+        len(agent.devices),
+        agent.interval,
+        agent.spool.path,
+    )
+    if once:
+        agent.tick()
+        shipper.drain()
+        return 0
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    ship_thread = threading.Thread(target=lambda: _ship_forever(config, node, store, shipper, stop), daemon=True)
+    ship_thread.start()
+    next_tick = time.monotonic()
+    while not stop.is_set():
+        try:
+            result = agent.tick()
+            metrics.update(node, agent.devices, agent.uuid_index, agent.spool.spans(), result, agent.spool.backlog())
+            if result.summaries:
+                log.info("summarized jobs %s", sorted({s.job_id for s in result.summaries}))
+        except Exception:  # a bad tick must not kill the agent; the next one retries
+            log.exception("tick failed")
+        next_tick += agent.interval
+        stop.wait(max(0.0, next_tick - time.monotonic()))
+    ship_thread.join(timeout=30)
+    return 0
+
+
+def _ship_forever(config: Config, node: str, store: Store, shipper: Shipper, stop: threading.Event) -> None:
+    # The shipper's spool connection must be created in this thread (sqlite3 rule).
+    shipper.spool = Spool(spool_path(config, node))
+    shipper.run(stop)
+
+
+def dump_spool(config: Config, node: str) -> str:
+    """The spool's outbox as JSON lines (debugging: `slurm-gpu node spool`)."""
+    spool = Spool(spool_path(config, node))
+    return "\n".join(json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in spool.pending(10**6))

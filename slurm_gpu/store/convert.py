@@ -1,0 +1,194 @@
+"""Pure conversions between the frozen models and table rows, and the jobs-row merge.
+
+No I/O here: everything is a function of its arguments, so it is unit-tested without a
+database (tests/unit/test_store_convert.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+from collections.abc import Mapping
+from typing import Any
+
+from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+
+Row = dict[str, Any]
+
+INTERVAL_FIELDS = tuple(f.name for f in dataclasses.fields(GpuInterval))
+SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(JobGpuSummary))
+_interval_values = operator.attrgetter(*INTERVAL_FIELDS)
+
+# Jobs-row columns a hook event can fill; the rest (job_name, submit_time...) come from Slurm.
+JOB_COLUMNS = (
+    "array_job_id",
+    "array_task_id",
+    "het_job_id",
+    "het_job_offset",
+    "user",
+    "uid",
+    "account",
+    "partition",
+    "job_name",
+    "state",
+    "exit_code",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "nodes",
+    "gpus",
+)
+# States the hooks derive; a state set from Slurm (CANCELLED, TIMEOUT...) is never replaced.
+HOOK_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})
+
+
+def pids_to_text(pids: tuple[int, ...]) -> str:
+    """`(12, 34)` -> `"12,34"`; `()` -> `""`."""
+    return ",".join(str(p) for p in pids)
+
+
+def text_to_pids(text: str | None) -> tuple[int, ...]:
+    """Inverse of `pids_to_text`."""
+    return tuple(int(p) for p in text.split(",")) if text else ()
+
+
+def interval_to_row(interval: GpuInterval) -> Row:
+    """A GpuInterval as a `gpu_intervals` row (same column names as the fields)."""
+    row = {name: getattr(interval, name) for name in INTERVAL_FIELDS}
+    row["unallocated_pids"] = pids_to_text(interval.unallocated_pids)
+    return row
+
+
+def interval_to_tuple(interval: GpuInterval) -> tuple[Any, ...]:
+    """A GpuInterval as a positional row in `INTERVAL_FIELDS` order (the fast ingest path)."""
+    return (*_interval_values(interval)[:-1], pids_to_text(interval.unallocated_pids))
+
+
+def row_to_interval(row: Mapping[Any, Any]) -> GpuInterval:
+    """Inverse of `interval_to_row`."""
+    values = {name: row[name] for name in INTERVAL_FIELDS}
+    values["unallocated_pids"] = text_to_pids(row["unallocated_pids"])
+    return GpuInterval(**values)
+
+
+def summary_to_row(summary: JobGpuSummary, cluster: str) -> Row:
+    """A JobGpuSummary as a `job_gpu_summaries` row of `cluster`."""
+    row = {name: getattr(summary, name) for name in SUMMARY_FIELDS}
+    row["cluster"] = cluster
+    return row
+
+
+def row_to_summary(row: Mapping[Any, Any]) -> JobGpuSummary:
+    """Inverse of `summary_to_row` (the cluster column is dropped)."""
+    return JobGpuSummary(**{name: row[name] for name in SUMMARY_FIELDS})
+
+
+def device_to_row(node: str, device: GpuDevice, seen_at: float) -> Row:
+    """A GpuDevice seen on `node` at `seen_at` as a `gpu_inventory` row."""
+    return {
+        "node": node,
+        "uuid": device.uuid,
+        "model": device.name,
+        "minor": device.minor,
+        "nvml_index": device.nvml_index,
+        "pci_bus_id": device.pci_bus_id,
+        "memory_total_bytes": device.memory_total_bytes,
+        "first_seen": seen_at,
+        "last_seen": seen_at,
+    }
+
+
+def row_to_device(row: Mapping[Any, Any]) -> GpuDevice:
+    """The GpuDevice of a `gpu_inventory` row."""
+    return GpuDevice(
+        uuid=row["uuid"],
+        name=row["model"],
+        minor=row["minor"],
+        nvml_index=row["nvml_index"],
+        pci_bus_id=row["pci_bus_id"],
+        memory_total_bytes=row["memory_total_bytes"],
+    )
+
+
+def event_payload(event: JobEvent) -> str:
+    """The whole event as compact JSON (the `job_events.payload` column)."""
+    data = dataclasses.asdict(event)
+    data["kind"] = event.kind.value
+    data["gpu_indices"] = list(event.gpu_indices)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def event_to_row(event: JobEvent, cluster: str) -> Row:
+    """A JobEvent as a `job_events` row."""
+    return {
+        "cluster": cluster,
+        "event_key": event.key,
+        "node": event.node,
+        "job_id": event.job_id,
+        "kind": event.kind.value,
+        "time": event.time,
+        "payload": event_payload(event),
+    }
+
+
+def _min(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
+    """The jobs row after `event`, merged into `existing` (None: no row yet).
+
+    Order-independent, so events may arrive in any order and more than once: a known
+    (non-null, non-empty) value is never replaced by an unknown one; start is the earliest
+    start of any node, end the latest end; `nodes` is the sorted union of the nodes seen.
+    The state the hooks derive (RUNNING, then COMPLETED or FAILED by exit code) never
+    replaces one that came from Slurm.
+
+    Args:
+        existing: the stored row's JOB_COLUMNS (other keys are ignored), or None.
+        event: a prolog ("started") or epilog ("ended") event.
+
+    Returns:
+        Every JOB_COLUMNS key (values may be None); `gpus` is left to the caller, which
+        counts `job_gpus` rows.
+    """
+    row: Row = {name: None for name in JOB_COLUMNS}
+    if existing is not None:
+        row.update({name: existing.get(name) for name in JOB_COLUMNS})
+    if event.kind is JobEventKind.STARTED:
+        for name in ("user", "account", "partition"):
+            if getattr(event, name):
+                row[name] = getattr(event, name)
+        for name in ("uid", "array_job_id", "array_task_id", "het_job_id", "het_job_offset"):
+            if getattr(event, name) is not None:
+                row[name] = getattr(event, name)
+        row["start_time"] = _min(row["start_time"], event.time)
+    else:
+        row["end_time"] = _max(row["end_time"], event.time)
+        if event.exit_code is not None:
+            row["exit_code"] = event.exit_code
+    nodes = set(row["nodes"].split(",")) if row["nodes"] else set()
+    nodes.add(event.node)
+    row["nodes"] = ",".join(sorted(nodes))
+    if row["state"] is None or row["state"] in HOOK_STATES:
+        if row["end_time"] is None:
+            row["state"] = "RUNNING"
+        else:
+            row["state"] = "COMPLETED" if row["exit_code"] in (0, None) else "FAILED"
+    return row
+
+
+def merge_fields(existing: Mapping[str, Any] | None, update: Mapping[str, Any]) -> Row:
+    """`existing` with every non-null, non-empty value of `update` laid over it."""
+    row: Row = dict(existing or {})
+    for name, value in update.items():
+        if value is not None and value != "":
+            row[name] = value
+        else:
+            row.setdefault(name, None)
+    return row

@@ -1,0 +1,1 @@
+"""Alembic migrations of the accounting store (packaged: no alembic.ini at runtime)."""

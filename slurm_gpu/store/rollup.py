@@ -1,0 +1,171 @@
+"""Hourly rollups: per-minute intervals folded into one row per (GPU, hour, job).
+
+Every column is a sum, a max, a min or a count, so rollups merge by addition and the
+means survive: mean util = util_weighted_sum / util_covered_seconds (util weighted by the
+seconds each interval covered), mean power likewise, energy and active seconds are sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from slurm_gpu.store.dialect import hour_floor
+from slurm_gpu.store.schema import gpu_intervals, gpu_intervals_hourly
+
+KEY = ("node", "gpu_uuid", "hour_start", "job_id")
+SUMS = (
+    "interval_count",
+    "period_seconds",
+    "covered_seconds",
+    "active_seconds",
+    "util_weighted_sum",
+    "util_covered_seconds",
+    "util_sample_count",
+    "power_weighted_sum",
+    "power_covered_seconds",
+)
+NULLABLE_SUMS = ("energy_joules",)
+MAXES = (
+    "last_period_end",
+    "util_max_percent",
+    "mem_used_max_bytes",
+    "mem_total_bytes",
+    "temperature_max_celsius",
+    "ecc_errors_total",
+)
+MINS = ("first_period_start", "util_min_percent")
+INTS = ("interval_count", "util_sample_count", "mem_used_max_bytes", "mem_total_bytes")
+INTS_NULLABLE = ("mem_used_max_bytes", "mem_total_bytes", "ecc_errors_total")
+
+
+@dataclass(frozen=True)
+class GpuHourly:
+    """One GPU over one hour for one job (job_id None: time not attributed to a job)."""
+
+    node: str
+    gpu_uuid: str
+    hour_start: float
+    job_id: int | None
+    interval_count: int
+    first_period_start: float
+    last_period_end: float
+    period_seconds: float
+    covered_seconds: float
+    active_seconds: float
+    util_weighted_sum: float
+    util_covered_seconds: float
+    util_max_percent: float | None
+    util_min_percent: float | None
+    util_sample_count: int
+    mem_used_max_bytes: int | None
+    mem_total_bytes: int | None
+    energy_joules: float | None
+    power_weighted_sum: float
+    power_covered_seconds: float
+    temperature_max_celsius: float | None
+    ecc_errors_total: int | None
+
+    @property
+    def util_mean_percent(self) -> float | None:
+        """Mean utilization over the covered seconds that had a utilization reading."""
+        if self.util_covered_seconds <= 0:
+            return None
+        return self.util_weighted_sum / self.util_covered_seconds
+
+    @property
+    def power_mean_watts(self) -> float | None:
+        """Mean power over the covered seconds that had a power reading."""
+        if self.power_covered_seconds <= 0:
+            return None
+        return self.power_weighted_sum / self.power_covered_seconds
+
+
+def aggregate_query(older_than: float) -> sa.Select[Any]:
+    """Intervals with period_start < older_than, grouped into hourly rows (SQL side)."""
+    t = gpu_intervals.c
+    hour = hour_floor(t.period_start)
+    job = sa.func.coalesce(t.job_id, 0)
+    covered_if = sa.case  # readability below
+
+    def covered_where(col: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+        return sa.func.sum(covered_if((col.is_not(None), t.covered_seconds), else_=0.0))
+
+    return (
+        sa.select(
+            t.node,
+            t.gpu_uuid,
+            hour.label("hour_start"),
+            job.label("job_id"),
+            sa.func.count().label("interval_count"),
+            sa.func.min(t.period_start).label("first_period_start"),
+            sa.func.max(t.period_end).label("last_period_end"),
+            sa.func.sum(t.period_end - t.period_start).label("period_seconds"),
+            sa.func.sum(t.covered_seconds).label("covered_seconds"),
+            sa.func.sum(t.active_seconds).label("active_seconds"),
+            sa.func.coalesce(sa.func.sum(t.util_mean_percent * t.covered_seconds), 0.0).label(
+                "util_weighted_sum"
+            ),
+            covered_where(t.util_mean_percent).label("util_covered_seconds"),
+            sa.func.max(t.util_max_percent).label("util_max_percent"),
+            sa.func.min(t.util_min_percent).label("util_min_percent"),
+            sa.func.sum(t.util_sample_count).label("util_sample_count"),
+            sa.func.max(t.mem_used_max_bytes).label("mem_used_max_bytes"),
+            sa.func.max(t.mem_total_bytes).label("mem_total_bytes"),
+            sa.func.sum(t.energy_joules).label("energy_joules"),
+            sa.func.coalesce(sa.func.sum(t.power_mean_watts * t.covered_seconds), 0.0).label(
+                "power_weighted_sum"
+            ),
+            covered_where(t.power_mean_watts).label("power_covered_seconds"),
+            sa.func.max(t.temperature_max_celsius).label("temperature_max_celsius"),
+            sa.func.max(t.ecc_errors_total).label("ecc_errors_total"),
+        )
+        .where(t.period_start < older_than)
+        .group_by(t.node, t.gpu_uuid, hour, job)
+    )
+
+
+def normalize(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """Plain Python numbers: SUM() comes back as Decimal on PostgreSQL and MySQL."""
+    out = dict(row)
+    for name in (*SUMS, *NULLABLE_SUMS, *MAXES, *MINS, "hour_start"):
+        value = out[name]
+        if value is None:
+            continue
+        out[name] = int(value) if name in INTS or name in INTS_NULLABLE else float(value)
+    out["job_id"] = int(out["job_id"])
+    return out
+
+
+def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two hourly rows of the same key as one (sums add, maxes max, mins min)."""
+    out = dict(a)
+    for name in SUMS:
+        out[name] = a[name] + b[name]
+    for name in NULLABLE_SUMS:
+        out[name] = (
+            b[name] if a[name] is None else a[name] if b[name] is None else a[name] + b[name]
+        )
+    for name in MAXES:
+        out[name] = (
+            b[name] if a[name] is None else a[name] if b[name] is None else max(a[name], b[name])
+        )
+    for name in MINS:
+        out[name] = (
+            b[name] if a[name] is None else a[name] if b[name] is None else min(a[name], b[name])
+        )
+    return out
+
+
+def row_to_hourly(row: Mapping[Any, Any]) -> GpuHourly:
+    """A `gpu_intervals_hourly` row as a GpuHourly (job_id 0 becomes None)."""
+    values = normalize(row)
+    values = {name: values[name] for name in GpuHourly.__dataclass_fields__}
+    values["job_id"] = values["job_id"] or None
+    return GpuHourly(**values)
+
+
+HOURLY_COLUMNS = tuple(c.name for c in gpu_intervals_hourly.columns)

@@ -1,0 +1,191 @@
+"""The accounting store's tables (SQLAlchemy Core), identical on SQLite, PostgreSQL, MariaDB.
+
+Times are POSIX seconds in 8-byte floats (`DOUBLE`/`DOUBLE PRECISION`/`REAL`), so a model's
+float round-trips exactly on every backend (MySQL's `FLOAT` would be 4 bytes: never use
+`sa.Float` here). Strings have explicit lengths so that composite keys stay within InnoDB's
+3072-byte index limit under utf8mb4.
+
+The migration in `migrations/versions/` creates exactly these tables; a test compares the two.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+NODE = 128
+UUID = 96
+NAME = 128
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def _time(name: str, nullable: bool = False) -> sa.Column[float]:
+    return sa.Column(name, sa.Double(), nullable=nullable)
+
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("array_job_id", sa.BigInteger()),
+    sa.Column("array_task_id", sa.BigInteger()),
+    sa.Column("het_job_id", sa.BigInteger()),
+    sa.Column("het_job_offset", sa.BigInteger()),
+    sa.Column("user", sa.String(NAME)),
+    sa.Column("uid", sa.BigInteger()),
+    sa.Column("account", sa.String(NAME)),
+    sa.Column("partition", sa.String(NAME)),
+    sa.Column("job_name", sa.String(255)),
+    sa.Column("state", sa.String(32)),
+    sa.Column("exit_code", sa.BigInteger()),
+    _time("submit_time", nullable=True),
+    _time("start_time", nullable=True),
+    _time("end_time", nullable=True),
+    sa.Column("nodes", sa.Text()),
+    sa.Column("gpus", sa.Integer()),
+)
+sa.Index(None, jobs.c.start_time)
+sa.Index(None, jobs.c.user)
+sa.Index(None, jobs.c.account)
+
+job_gpus = sa.Table(
+    "job_gpus",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("slurm_index", sa.Integer(), primary_key=True, autoincrement=False),
+    sa.Column("gpu_uuid", sa.String(UUID), nullable=False, server_default=""),
+    _time("start", nullable=True),
+    _time("end", nullable=True),
+)
+
+gpu_intervals = sa.Table(
+    "gpu_intervals",
+    metadata,
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("period_start", sa.Double(), primary_key=True, autoincrement=False),
+    _time("period_end"),
+    sa.Column("job_id", sa.BigInteger()),
+    sa.Column("util_mean_percent", sa.Double()),
+    sa.Column("util_max_percent", sa.Double()),
+    sa.Column("util_min_percent", sa.Double()),
+    sa.Column("util_sample_count", sa.Integer(), nullable=False),
+    sa.Column("active_seconds", sa.Double(), nullable=False),
+    sa.Column("covered_seconds", sa.Double(), nullable=False),
+    sa.Column("mem_used_max_bytes", sa.BigInteger()),
+    sa.Column("mem_total_bytes", sa.BigInteger()),
+    sa.Column("power_mean_watts", sa.Double()),
+    sa.Column("energy_joules", sa.Double()),
+    sa.Column("temperature_max_celsius", sa.Double()),
+    sa.Column("ecc_errors_total", sa.BigInteger()),
+    # Comma-separated pids; "" for none (the common case costs one byte).
+    sa.Column("unallocated_pids", sa.Text(), nullable=False),
+)
+sa.Index(None, gpu_intervals.c.job_id)
+sa.Index(None, gpu_intervals.c.period_start)
+
+gpu_intervals_hourly = sa.Table(
+    "gpu_intervals_hourly",
+    metadata,
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("hour_start", sa.Double(), primary_key=True, autoincrement=False),
+    # 0 = not attributed to a job (Slurm never uses job id 0); keeps the key NOT NULL.
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("interval_count", sa.Integer(), nullable=False),
+    _time("first_period_start"),
+    _time("last_period_end"),
+    sa.Column("period_seconds", sa.Double(), nullable=False),
+    sa.Column("covered_seconds", sa.Double(), nullable=False),
+    sa.Column("active_seconds", sa.Double(), nullable=False),
+    # mean util = util_weighted_sum / util_covered_seconds (weighted by covered seconds).
+    sa.Column("util_weighted_sum", sa.Double(), nullable=False),
+    sa.Column("util_covered_seconds", sa.Double(), nullable=False),
+    sa.Column("util_max_percent", sa.Double()),
+    sa.Column("util_min_percent", sa.Double()),
+    sa.Column("util_sample_count", sa.BigInteger(), nullable=False),
+    sa.Column("mem_used_max_bytes", sa.BigInteger()),
+    sa.Column("mem_total_bytes", sa.BigInteger()),
+    sa.Column("energy_joules", sa.Double()),
+    # mean power = power_weighted_sum / power_covered_seconds.
+    sa.Column("power_weighted_sum", sa.Double(), nullable=False),
+    sa.Column("power_covered_seconds", sa.Double(), nullable=False),
+    sa.Column("temperature_max_celsius", sa.Double()),
+    sa.Column("ecc_errors_total", sa.BigInteger()),
+)
+sa.Index(None, gpu_intervals_hourly.c.hour_start)
+sa.Index(None, gpu_intervals_hourly.c.job_id)
+
+job_gpu_summaries = sa.Table(
+    "job_gpu_summaries",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("gpu_model", sa.String(NAME), nullable=False),
+    _time("start"),
+    _time("end"),
+    sa.Column("gpu_seconds", sa.Double(), nullable=False),
+    sa.Column("util_mean_percent", sa.Double()),
+    sa.Column("util_max_percent", sa.Double()),
+    sa.Column("active_seconds", sa.Double(), nullable=False),
+    sa.Column("mem_max_bytes", sa.BigInteger()),
+    sa.Column("mem_gib_seconds", sa.Double(), nullable=False),
+    sa.Column("energy_joules", sa.Double()),
+    sa.Column("reading_count", sa.Integer(), nullable=False),
+    sa.Column("missing_seconds", sa.Double(), nullable=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+)
+sa.Index(None, job_gpu_summaries.c.end)
+sa.Index(None, job_gpu_summaries.c.user)
+sa.Index(None, job_gpu_summaries.c.account)
+
+gpu_inventory = sa.Table(
+    "gpu_inventory",
+    metadata,
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("uuid", sa.String(UUID), primary_key=True),
+    sa.Column("model", sa.String(NAME), nullable=False),
+    sa.Column("minor", sa.Integer(), nullable=False),
+    sa.Column("nvml_index", sa.Integer(), nullable=False),
+    sa.Column("pci_bus_id", sa.String(64), nullable=False),
+    sa.Column("memory_total_bytes", sa.BigInteger()),
+    _time("first_seen"),
+    _time("last_seen"),
+)
+
+job_events = sa.Table(
+    "job_events",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("event_key", sa.String(255), primary_key=True),
+    sa.Column("node", sa.String(NODE), nullable=False),
+    sa.Column("job_id", sa.BigInteger(), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    _time("time"),
+    # The whole JobEvent as JSON, so nothing a hook reported is lost.
+    sa.Column("payload", sa.Text(), nullable=False),
+)
+sa.Index(None, job_events.c.job_id)
+
+ALL_TABLES = (
+    jobs,
+    job_gpus,
+    gpu_intervals,
+    gpu_intervals_hourly,
+    job_gpu_summaries,
+    gpu_inventory,
+    job_events,
+)

@@ -1,0 +1,515 @@
+"""`Store`: the accounting store behind one SQLAlchemy engine (SQLite, PostgreSQL, MariaDB).
+
+Every write is one transaction; every SQLAlchemy/DBAPI failure becomes a StoreError that
+names the database (`postgresql://127.0.0.1:5432/slurm_gpu`) and the operation, never the
+password. Ingest is idempotent: re-sending a batch stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import alembic.command
+import alembic.config
+import alembic.script
+import alembic.util
+import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy.sql.dml import Insert
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.store import convert, rollup
+from slurm_gpu.store.dialect import insert_ignore, upsert
+from slurm_gpu.store.rollup import GpuHourly
+from slurm_gpu.store.schema import (
+    gpu_intervals,
+    gpu_intervals_hourly,
+    gpu_inventory,
+    job_events,
+    job_gpu_summaries,
+    job_gpus,
+    jobs,
+)
+
+MIGRATIONS = "slurm_gpu.store:migrations"
+VERSION_TABLE = "slurm_gpu_alembic_version"
+# A bare `postgresql://` or `mysql://` URL gets the driver slurm-gpu ships with.
+DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
+EXTRAS = {"postgresql": "postgresql", "mysql": "mariadb", "mariadb": "mariadb"}
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+ROLLUP_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class InventoryEntry:
+    """A GPU the store has seen on a node, and when."""
+
+    node: str
+    device: GpuDevice
+    first_seen: float
+    last_seen: float
+
+
+def describe_url(url: sa.URL) -> str:
+    """`backend://host:port/database` of a URL: what error messages show (no user/password)."""
+    if url.get_backend_name() == "sqlite":
+        return f"sqlite:///{url.database or ':memory:'}"
+    host = url.host or "localhost"
+    port = f":{url.port}" if url.port else ""
+    return f"{url.get_backend_name()}://{host}{port}/{url.database or ''}"
+
+
+def _short(exc: BaseException) -> str:
+    # DBAPIError's str() carries the SQL and (unless hidden) its parameters: show the driver's
+    # own message instead, first line only.
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Store:
+    """The accounting store.
+
+    Args:
+        url: SQLAlchemy URL: `sqlite:///PATH`, `postgresql[+psycopg]://...`,
+            `mysql|mariadb[+pymysql]://...`.
+        cluster: cluster name written to `jobs`, `job_gpus`, `job_events` and
+            `job_gpu_summaries` rows, and the one every job query is scoped to.
+        echo: log every SQL statement.
+
+    Raises:
+        StoreError: the URL is malformed, its backend unsupported or its driver missing.
+    """
+
+    def __init__(self, url: str, cluster: str = "", echo: bool = False) -> None:
+        self.cluster = cluster
+        try:
+            parsed = sa.make_url(url)
+        except (sa.exc.ArgumentError, ValueError) as exc:
+            raise StoreError(f"invalid store URL: {_short(exc)}") from None
+        backend = parsed.get_backend_name()
+        if backend not in ("sqlite", "postgresql", "mysql", "mariadb"):
+            raise StoreError(f"unsupported store backend {backend!r} in {describe_url(parsed)}")
+        if parsed.drivername in DEFAULT_DRIVERS:
+            parsed = parsed.set(drivername=f"{backend}+{DEFAULT_DRIVERS[backend]}")
+        self._secret = parsed.password if isinstance(parsed.password, str) else None
+        self.where = describe_url(parsed)
+        try:
+            self.engine = sa.create_engine(
+                parsed, echo=echo, hide_parameters=True, pool_pre_ping=backend != "sqlite"
+            )
+        except ModuleNotFoundError as exc:
+            hint = f" (pip install 'slurm-gpu[{EXTRAS[backend]}]')" if backend in EXTRAS else ""
+            raise StoreError(f"no database driver for {self.where}: {exc}{hint}") from None
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"cannot use {self.where}: {_short(exc)}") from None
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_connect)
+            sa.event.listen(self.engine, "begin", _sqlite_begin)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except (sa.exc.SQLAlchemyError, alembic.util.CommandError) as exc:
+            message = _short(exc)
+            if self._secret:
+                message = message.replace(self._secret, "***")
+            raise StoreError(f"store {self.where}: {what} failed: {message}") from None
+
+    @contextlib.contextmanager
+    def _write(self, what: str) -> Iterator[sa.Connection]:
+        """One write transaction (BEGIN IMMEDIATE on SQLite: no lock upgrade deadlocks)."""
+        with self._errors(what), self.engine.connect() as conn:
+            conn.execution_options(slurm_gpu_write=True)
+            with conn.begin():
+                yield conn
+
+    @contextlib.contextmanager
+    def _read(self, what: str) -> Iterator[sa.Connection]:
+        with self._errors(what), self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    def dispose(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    def ping(self) -> None:
+        """Raise StoreError unless the database answers `SELECT 1`."""
+        with self._read("ping") as conn:
+            conn.execute(sa.text("SELECT 1"))
+
+    # ------------------------------------------------------------------ schema
+
+    def _alembic_config(self, conn: sa.Connection) -> alembic.config.Config:
+        cfg = alembic.config.Config()
+        cfg.set_main_option("script_location", MIGRATIONS)
+        cfg.attributes["connection"] = conn
+        return cfg
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Create or migrate the schema to `revision` (idempotent: at head, a no-op)."""
+        with self._write(f"schema upgrade to {revision}") as conn:
+            alembic.command.upgrade(self._alembic_config(conn), revision)
+
+    def current_revision(self) -> str | None:
+        """The schema revision the database is at (None: no schema yet)."""
+        with self._read("reading the schema revision") as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            return context.get_current_revision()
+
+    @staticmethod
+    def head_revision() -> str | None:
+        """The newest schema revision this slurm-gpu knows."""
+        cfg = alembic.config.Config()
+        cfg.set_main_option("script_location", MIGRATIONS)
+        return alembic.script.ScriptDirectory.from_config(cfg).get_current_head()
+
+    # ------------------------------------------------------------------ intervals
+
+    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
+        """Store GpuIntervals, one transaction; rows already stored are skipped.
+
+        Uses the dialect's native insert-or-ignore on the key (node, gpu_uuid, period_start)
+        in one executemany.
+
+        Returns:
+            The number of rows newly inserted (the drivers' affected-row counts on all
+            three backends; duplicates count 0).
+        """
+        if not rows:
+            return 0
+        stmt = insert_ignore(self.dialect, gpu_intervals)
+        params = [convert.interval_to_row(row) for row in rows]
+        with self._write(f"adding {len(rows)} GPU intervals") as conn:
+            return self._insert_ignore(conn, stmt, params)
+
+    def _insert_ignore(
+        self, conn: sa.Connection, stmt: Insert, params: list[dict[str, Any]]
+    ) -> int:
+        """Run an insert-or-ignore over `params`; the number of rows it inserted."""
+        if self.dialect == "postgresql":
+            # psycopg's executemany reports no rowcount through SQLAlchemy; RETURNING (sent
+            # as multi-row VALUES pages by SQLAlchemy's insertmanyvalues) yields only the rows
+            # that were inserted, never the skipped ones.
+            key = next(iter(stmt.table.primary_key.columns))
+            return len(conn.execute(stmt.returning(key), params).all())
+        return max(int(conn.execute(stmt, params).rowcount), 0)
+
+    def intervals(
+        self,
+        *,
+        node: str | None = None,
+        gpu_uuid: str | None = None,
+        job_id: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[GpuInterval]:
+        """Stored per-interval rows, ordered by node, GPU, period_start.
+
+        Only rows not yet rolled up: hourly rollups (see `hourly`) are never mixed in.
+        `since`/`until` select intervals overlapping [since, until):
+        period_end > since and period_start < until.
+        """
+        t = gpu_intervals.c
+        query = sa.select(gpu_intervals).order_by(t.node, t.gpu_uuid, t.period_start)
+        if node is not None:
+            query = query.where(t.node == node)
+        if gpu_uuid is not None:
+            query = query.where(t.gpu_uuid == gpu_uuid)
+        if job_id is not None:
+            query = query.where(t.job_id == job_id)
+        if since is not None:
+            query = query.where(t.period_end > since)
+        if until is not None:
+            query = query.where(t.period_start < until)
+        with self._read("reading GPU intervals") as conn:
+            return [convert.row_to_interval(r) for r in conn.execute(query).mappings()]
+
+    def hourly(
+        self,
+        *,
+        node: str | None = None,
+        gpu_uuid: str | None = None,
+        job_id: int | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[GpuHourly]:
+        """Hourly rollups, ordered by node, GPU, hour, job; hours in [since, until)."""
+        t = gpu_intervals_hourly.c
+        query = sa.select(gpu_intervals_hourly).order_by(t.node, t.gpu_uuid, t.hour_start, t.job_id)
+        if node is not None:
+            query = query.where(t.node == node)
+        if gpu_uuid is not None:
+            query = query.where(t.gpu_uuid == gpu_uuid)
+        if job_id is not None:
+            query = query.where(t.job_id == job_id)
+        if since is not None:
+            query = query.where(t.hour_start >= since)
+        if until is not None:
+            query = query.where(t.hour_start < until)
+        with self._read("reading hourly rollups") as conn:
+            return [rollup.row_to_hourly(r) for r in conn.execute(query).mappings()]
+
+    def rollup_and_prune(self, older_than: float) -> tuple[int, int]:
+        """Fold intervals with period_start < older_than into hourly rows, then delete them.
+
+        One transaction. Folding merges into existing hourly rows (sums add, maxes max), and
+        the folded intervals are deleted, so running it again changes nothing. If a late
+        interval lands between the fold and the delete (the counts differ), the transaction
+        is rolled back and retried.
+
+        Caveat: an interval re-shipped after its hour was pruned is stored again and would
+        be folded twice; the agent deletes from its spool on commit, so only a retention
+        shorter than the agent's outage can cause that.
+
+        Returns:
+            (hourly rows written, intervals deleted).
+        """
+        for _ in range(ROLLUP_ATTEMPTS):
+            with self._write("rolling up GPU intervals") as conn:
+                written, deleted, folded = self._rollup(conn, older_than)
+                if deleted == folded:
+                    return written, deleted
+                conn.rollback()
+        raise StoreError(
+            f"store {self.where}: rolling up GPU intervals failed: intervals kept arriving "
+            f"for the pruned range ({ROLLUP_ATTEMPTS} attempts)"
+        )
+
+    def _rollup(self, conn: sa.Connection, older_than: float) -> tuple[int, int, int]:
+        groups = [
+            rollup.normalize(r) for r in conn.execute(rollup.aggregate_query(older_than)).mappings()
+        ]
+        if not groups:
+            return 0, 0, 0
+        h = gpu_intervals_hourly.c
+        first = min(g["hour_start"] for g in groups)
+        last = max(g["hour_start"] for g in groups)
+        existing = {
+            tuple(r[k] for k in rollup.KEY): r
+            for r in (
+                rollup.normalize(m)
+                for m in conn.execute(
+                    sa.select(gpu_intervals_hourly).where(h.hour_start.between(first, last))
+                ).mappings()
+            )
+        }
+        merged = []
+        for group in groups:
+            key = tuple(group[k] for k in rollup.KEY)
+            old = existing.get(key)
+            merged.append(rollup.merge(old, group) if old is not None else group)
+        update = [c for c in rollup.HOURLY_COLUMNS if c not in rollup.KEY]
+        conn.execute(upsert(self.dialect, gpu_intervals_hourly, update), merged)
+        deleted = conn.execute(
+            sa.delete(gpu_intervals).where(gpu_intervals.c.period_start < older_than)
+        ).rowcount
+        return len(merged), int(deleted), sum(g["interval_count"] for g in groups)
+
+    # ------------------------------------------------------------------ jobs
+
+    def add_events(self, events: Sequence[JobEvent]) -> int:
+        """Store prolog/epilog events (idempotent by `event.key`) and fold them into jobs.
+
+        A started event fills the job's user, uid, account, partition, array/het ids and
+        start time and adds one `job_gpus` row per GPU index; an ended event sets the end
+        time and exit code (of the job, and of that node's `job_gpus` rows). Events may
+        arrive in any order, and more than once.
+
+        Returns:
+            The number of events newly stored.
+        """
+        if not events:
+            return 0
+        cluster = self.cluster
+        with self._write(f"adding {len(events)} job events") as conn:
+            new = self._insert_ignore(
+                conn,
+                insert_ignore(self.dialect, job_events),
+                [convert.event_to_row(e, cluster) for e in events],
+            )
+            gpu_rows = [
+                {
+                    "cluster": cluster,
+                    "job_id": e.job_id,
+                    "node": e.node,
+                    "slurm_index": i,
+                    "gpu_uuid": "",
+                    "start": e.time,
+                    "end": None,
+                }
+                for e in events
+                if e.kind is JobEventKind.STARTED
+                for i in e.gpu_indices
+            ]
+            if gpu_rows:
+                conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
+            self._set_gpu_ends(conn, {(e.job_id, e.node) for e in events})
+            self._merge_jobs(conn, events)
+            return new
+
+    def _set_gpu_ends(self, conn: sa.Connection, pairs: set[tuple[int, str]]) -> None:
+        # From the stored ended events, so an epilog event that arrived before the prolog's
+        # still ends the GPUs the prolog's event adds.
+        e, g = job_events.c, job_gpus.c
+        ended = (
+            sa.select(sa.func.max(e.time))
+            .where(e.cluster == g.cluster, e.job_id == g.job_id, e.node == g.node)
+            .where(e.kind == JobEventKind.ENDED.value)
+            .scalar_subquery()
+        )
+        for job_id, node in sorted(pairs):
+            conn.execute(
+                sa.update(job_gpus)
+                .where(g.cluster == self.cluster, g.job_id == job_id, g.node == node)
+                .values(end=ended)
+            )
+
+    def _merge_jobs(self, conn: sa.Connection, events: Sequence[JobEvent]) -> None:
+        job_ids = sorted({e.job_id for e in events})
+        j, g = jobs.c, job_gpus.c
+        rows: dict[int, dict[str, Any]] = {
+            r["job_id"]: dict(r)
+            for r in conn.execute(
+                sa.select(jobs).where(j.cluster == self.cluster, j.job_id.in_(job_ids))
+            ).mappings()
+        }
+        for event in sorted(events, key=lambda e: (e.time, e.kind.value)):
+            rows[event.job_id] = convert.merge_job_event(rows.get(event.job_id), event)
+        gpus: dict[int, int] = dict(
+            conn.execute(
+                sa.select(g.job_id, sa.func.count())
+                .where(g.cluster == self.cluster, g.job_id.in_(job_ids))
+                .group_by(g.job_id)
+            ).all()
+        )
+        params = []
+        for job_id in job_ids:
+            row = {name: rows[job_id].get(name) for name in convert.JOB_COLUMNS}
+            row.update(cluster=self.cluster, job_id=job_id, gpus=int(gpus.get(job_id, 0)))
+            params.append(row)
+        conn.execute(upsert(self.dialect, jobs, convert.JOB_COLUMNS), params)
+
+    def upsert_jobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Merge job facts (e.g. from sacct) into `jobs`: non-null, non-empty values win.
+
+        Args:
+            rows: mappings with `job_id` and any of `convert.JOB_COLUMNS`.
+        """
+        if not rows:
+            return
+        j = jobs.c
+        with self._write(f"upserting {len(rows)} jobs") as conn:
+            ids = sorted({int(r["job_id"]) for r in rows})
+            stored = {
+                r["job_id"]: dict(r)
+                for r in conn.execute(
+                    sa.select(jobs).where(j.cluster == self.cluster, j.job_id.in_(ids))
+                ).mappings()
+            }
+            for row in rows:
+                update = {k: v for k, v in row.items() if k in convert.JOB_COLUMNS}
+                job_id = int(row["job_id"])
+                stored[job_id] = convert.merge_fields(stored.get(job_id), update)
+            params = []
+            for job_id in ids:
+                values = {name: stored[job_id].get(name) for name in convert.JOB_COLUMNS}
+                values.update(cluster=self.cluster, job_id=job_id)
+                params.append(values)
+            conn.execute(upsert(self.dialect, jobs, convert.JOB_COLUMNS), params)
+
+    def job(self, job_id: int) -> dict[str, Any] | None:
+        """The `jobs` row of `job_id` in this store's cluster, or None."""
+        j = jobs.c
+        with self._read(f"reading job {job_id}") as conn:
+            row = (
+                conn.execute(sa.select(jobs).where(j.cluster == self.cluster, j.job_id == job_id))
+                .mappings()
+                .first()
+            )
+            return dict(row) if row is not None else None
+
+    def job_gpus(self, job_id: int) -> list[dict[str, Any]]:
+        """The `job_gpus` rows of `job_id`, ordered by node and Slurm index."""
+        g = job_gpus.c
+        query = (
+            sa.select(job_gpus)
+            .where(g.cluster == self.cluster, g.job_id == job_id)
+            .order_by(g.node, g.slurm_index)
+        )
+        with self._read(f"reading GPUs of job {job_id}") as conn:
+            return [dict(r) for r in conn.execute(query).mappings()]
+
+    # ------------------------------------------------------------------ summaries
+
+    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> None:
+        """Store job GPU summaries; one with a stored key (job, node, GPU) replaces it."""
+        if not rows:
+            return
+        update = [n for n in convert.SUMMARY_FIELDS if n not in ("job_id", "node", "gpu_uuid")]
+        with self._write(f"adding {len(rows)} job GPU summaries") as conn:
+            conn.execute(
+                upsert(self.dialect, job_gpu_summaries, update),
+                [convert.summary_to_row(r, self.cluster) for r in rows],
+            )
+
+    def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
+        """The summaries of `job_id` in this store's cluster, ordered by node and GPU."""
+        s = job_gpu_summaries.c
+        query = (
+            sa.select(job_gpu_summaries)
+            .where(s.cluster == self.cluster, s.job_id == job_id)
+            .order_by(s.node, s.gpu_uuid)
+        )
+        with self._read(f"reading summaries of job {job_id}") as conn:
+            return [convert.row_to_summary(r) for r in conn.execute(query).mappings()]
+
+    # ------------------------------------------------------------------ inventory
+
+    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
+        """Record that `devices` were on `node` at `seen_at` (first_seen kept, last_seen max)."""
+        if not devices:
+            return
+        update = ["model", "minor", "nvml_index", "pci_bus_id", "memory_total_bytes"]
+        stmt = upsert(
+            self.dialect, gpu_inventory, update, keep_min=["first_seen"], keep_max=["last_seen"]
+        )
+        with self._write(f"updating the GPU inventory of {node}") as conn:
+            conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
+
+    def inventory(self, node: str | None = None) -> list[InventoryEntry]:
+        """GPUs seen, ordered by node and NVML index."""
+        i = gpu_inventory.c
+        query = sa.select(gpu_inventory).order_by(i.node, i.nvml_index, i.uuid)
+        if node is not None:
+            query = query.where(i.node == node)
+        with self._read("reading the GPU inventory") as conn:
+            return [
+                InventoryEntry(r["node"], convert.row_to_device(r), r["first_seen"], r["last_seen"])
+                for r in conn.execute(query).mappings()
+            ]
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # WAL: readers never block the writer; busy_timeout: a second writer waits, not fails.
+    # https://www.sqlite.org/wal.html  https://www.sqlite.org/pragma.html#pragma_busy_timeout
+    # isolation_level None hands BEGIN to _sqlite_begin (SQLAlchemy's documented recipe).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    write = conn.get_execution_options().get("slurm_gpu_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

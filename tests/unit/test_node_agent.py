@@ -1,0 +1,226 @@
+"""The agent's tick with a fake GPU source and an injected clock: attribution and spool."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slurm_gpu.gpu import GpuSnapshot, UtilSample
+from slurm_gpu.models import GpuDevice, GpuProcess
+from slurm_gpu.node.agent import NodeAgent
+from slurm_gpu.node.spool import Spool, decode_interval, decode_summary
+from slurm_gpu.slurm.gres import GresGpuFile
+
+T0 = 1_800_000_000.0  # a round minute, so shipping periods are easy to reason about
+
+
+class FakeClock:
+    """A clock tests move by hand."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeGpus:
+    """Two GPUs whose utilization is a function of time, sampled once a second."""
+
+    def __init__(self, clock: FakeClock, util: dict[str, Callable[[float], float]]) -> None:
+        self.clock = clock
+        self.util = util
+        self.lost: set[str] = set()
+        self.pids: dict[str, tuple[int, ...]] = {}
+
+    def devices(self) -> list[GpuDevice]:
+        # NVML order differs from minors: uuid "B" is minor 0, "A" is minor 1.
+        return [
+            GpuDevice("A", "Fake A100", 1, 0, "00:01", 80 * 2**30),
+            GpuDevice("B", "Fake A100", 0, 1, "00:02", 80 * 2**30),
+        ]
+
+    def snapshot(self, device: GpuDevice, samples_since: float) -> GpuSnapshot:
+        now = self.clock()
+        if device.uuid in self.lost:
+            return GpuSnapshot(device.uuid, now, error="GPU is lost")
+        first = int(samples_since) + 1
+        samples = tuple(
+            UtilSample(float(t), self.util[device.uuid](t)) for t in range(first, int(now) + 1)
+        )
+        return GpuSnapshot(
+            device.uuid,
+            now,
+            samples=samples,
+            mem_used_bytes=2**30,
+            mem_total_bytes=80 * 2**30,
+            power_watts=100.0,
+            energy_joules=100.0 * (now - T0 + 1000),
+            temperature_celsius=40.0,
+            ecc_errors_total=0,
+            processes=tuple(GpuProcess(p, 2**30) for p in self.pids.get(device.uuid, ())),
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def write_hook_file(path: Path, fields: dict[str, str], mtime: float) -> None:
+    """What the prolog/epilog leave behind: key=value lines, end=1, mtime = event time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}={v}\n" for k, v in fields.items()) + "end=1\n")
+    os.utime(path, (mtime, mtime))
+
+
+def start_job(node_dir: Path, job: int, indices: list[int], at: float) -> None:
+    common = {"job_id": str(job), "uid": "1001", "user": "alice", "account": "physics", "partition": "gpu"}
+    for i in indices:
+        write_hook_file(node_dir / "bindings" / f"{job}.{i}", {**common, "gpu_index": str(i)}, at)
+    gpus = ",".join(map(str, indices))
+    write_hook_file(node_dir / "events" / f"{job}.started.1", {**common, "gpu_indices": gpus}, at)
+
+
+def end_job(node_dir: Path, job: int, at: float) -> None:
+    for p in (node_dir / "bindings").glob(f"{job}.*"):
+        p.unlink()
+    write_hook_file(node_dir / "events" / f"{job}.ended.2", {"job_id": str(job), "exit_code": "0"}, at)
+
+
+class DeviceStat:
+    """Just the st_rdev of an os.stat result."""
+
+    def __init__(self, rdev: int) -> None:
+        self.st_rdev = rdev
+
+
+def stat_by_minor(path: str) -> os.stat_result:
+    """os.stat stand-in: /dev/nvidiaN is character device 195:N."""
+    return DeviceStat(os.makedev(195, int(path.rsplit("nvidia", 1)[1])))  # type: ignore[return-value]
+
+
+GRES = [GresGpuFile(0, "/dev/nvidia0", "a100"), GresGpuFile(1, "/dev/nvidia1", "a100")]
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> tuple[NodeAgent, FakeClock, FakeGpus, Path]:
+    clock = FakeClock(T0)
+    gpus = FakeGpus(clock, {"A": lambda t: 0.0, "B": lambda t: 0.0})
+    node_dir = tmp_path / "gpu1"
+    agent = NodeAgent(
+        "gpu1",
+        node_dir,
+        gpus,
+        Spool(tmp_path / "spool.db"),
+        GRES,
+        interval=10,
+        period=60,
+        clock=clock,
+        pid_job=lambda pid: pid // 1000,
+        stat=stat_by_minor,
+    )
+    return agent, clock, gpus, node_dir
+
+
+def run_until(agent: NodeAgent, clock: FakeClock, until: float, step: float = 10) -> None:
+    while clock.now < until:
+        clock.now += step
+        agent.tick()
+
+
+def outbox(agent: NodeAgent, kind: str) -> list[str]:
+    return [p for _, k, _, p in agent.spool.pending(10**6) if k == kind]
+
+
+def test_slurm_index_maps_to_nvml_device_through_minor(rig: tuple) -> None:
+    """Slurm GPU 0 is the device with minor 0 (uuid B), though NVML lists it second."""
+    agent, *_ = rig
+    assert agent.index_uuid == {0: "B", 1: "A"}
+
+
+def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: tuple) -> None:
+    """A job starting mid-window at 80% then ending mid-window reads 80%, not less."""
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 80.0 if T0 + 15 < t <= T0 + 105 else 0.0
+    agent.tick()
+    start_job(node_dir, 7, [0], T0 + 15)
+    run_until(agent, clock, T0 + 100)
+    end_job(node_dir, 7, T0 + 105)
+    run_until(agent, clock, T0 + 120)
+    (summary,) = [decode_summary(p) for p in outbox(agent, "summary")]
+    expected = (7, "B", 90.0, 80.0, 90.0, 0.0)
+    actual = (
+        summary.job_id,
+        summary.gpu_uuid,
+        summary.gpu_seconds,
+        summary.util_mean_percent,
+        summary.active_seconds,
+        summary.missing_seconds,
+    )
+    assert expected == actual
+
+
+def test_intervals_are_per_minute_and_cover_every_second(rig: tuple) -> None:
+    """Sealed intervals of one GPU tile the time read, split at minute boundaries."""
+    agent, clock, gpus, node_dir = rig
+    agent.tick()
+    run_until(agent, clock, T0 + 130)
+    rows = sorted(
+        (decode_interval(p) for p in outbox(agent, "interval")), key=lambda r: r.period_start
+    )
+    a_rows = [r for r in rows if r.gpu_uuid == "A"]
+    expected = [(T0 - 10, T0), (T0, T0 + 60), (T0 + 60, T0 + 120)]
+    assert expected == [(r.period_start, r.period_end) for r in a_rows]
+    assert [10.0, 60.0, 60.0] == [r.covered_seconds for r in a_rows]
+
+
+def test_agent_down_gap_is_missing_not_idle(rig: tuple) -> None:
+    """A job whose GPUs went unread for minutes is flagged missing for that time."""
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 50.0
+    agent.tick()
+    start_job(node_dir, 8, [0], T0 + 5)
+    run_until(agent, clock, T0 + 60)
+    clock.now += 120  # the agent was down: no ticks
+    run_until(agent, clock, T0 + 200)
+    end_job(node_dir, 8, T0 + 205)
+    run_until(agent, clock, T0 + 220)
+    (summary,) = [decode_summary(p) for p in outbox(agent, "summary")]
+    assert 200.0 == summary.gpu_seconds
+    assert summary.missing
+    assert 50.0 == summary.util_mean_percent
+    # the 120 s unread plus the 10 s the first read after restart could not claim
+    assert 110.0 <= summary.missing_seconds <= 130.0
+
+
+def test_lost_gpu_does_not_stop_the_other(rig: tuple) -> None:
+    """A lost GPU leaves its window unread; the other GPU is still recorded."""
+    agent, clock, gpus, node_dir = rig
+    gpus.lost.add("A")
+    agent.tick()
+    run_until(agent, clock, T0 + 70)
+    rows = [decode_interval(p) for p in outbox(agent, "interval")]
+    assert {"B"} == {r.gpu_uuid for r in rows}
+
+
+def test_process_of_another_job_is_unallocated_use(rig: tuple) -> None:
+    """A pid belonging to job 9 on a GPU bound to job 8 is reported."""
+    agent, clock, gpus, node_dir = rig
+    start_job(node_dir, 8, [0], T0 - 5)
+    gpus.pids["B"] = (8001, 9001)  # pid_job: pid // 1000
+    clock.now += 10
+    result = agent.tick()
+    assert {"B": (9001,)} == result.unallocated
+
+
+def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
+    """Hook event files become outbox rows and are deleted from the events dir."""
+    agent, clock, gpus, node_dir = rig
+    start_job(node_dir, 5, [0, 1], T0)
+    clock.now += 10
+    agent.tick()
+    agent.tick()
+    assert 1 == len(outbox(agent, "event"))
+    assert [] == list((node_dir / "events").iterdir())
