@@ -39,7 +39,11 @@ DB_STORE_PASS=${SLURM_GPU_DB_STORE_PASS:-slurmgpu-testbed}
 SLURM_CONF="$STATE/etc/slurm.conf"
 export SLURM_CONF
 
-DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client libslurm-dev gcc make libc6-dev python3 python3-venv util-linux procps"
+DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client libslurm-dev gcc make libc6-dev python3 python3-venv util-linux procps postgresql"
+
+# PostgreSQL for the store's PostgreSQL backend tests.
+# shellcheck source=postgres.sh
+[ -f "$CLUSTER_SRC/postgres.sh" ] && . "$CLUSTER_SRC/postgres.sh"
 
 log() { printf 'local-cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -48,7 +52,7 @@ die() { log "error: $*"; exit 1; }
 
 install_packages() {
     local missing=""
-    for bin in slurmctld slurmd slurmdbd munged mariadbd sacctmgr gcc make python3; do
+    for bin in slurmctld slurmd slurmdbd munged mariadbd sacctmgr gcc make python3 /usr/lib/postgresql/15/bin/postgres; do
         command -v "$bin" >/dev/null 2>&1 || missing=yes
     done
     /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing=yes
@@ -171,6 +175,10 @@ install_sim() {
     if [ -n "$HOOKS" ]; then
         install -m 755 "$REPO_ROOT/prolog/slurm-gpu-prolog" "$STATE/hooks/slurm-gpu-prolog"
         install -m 755 "$REPO_ROOT/epilog/slurm-gpu-epilog" "$STATE/hooks/slurm-gpu-epilog"
+        # The hooks read this file next to themselves (never sourced: they run as root).
+        printf 'STATE_DIR=%s\nLOG_FILE=%s\n' "$STATE/node" "$STATE/log/hooks.log" |
+            write_if_changed "$STATE/hooks/slurm-gpu-hooks.conf"
+        chmod 644 "$STATE/hooks/slurm-gpu-hooks.conf"
     fi
 }
 
@@ -291,7 +299,7 @@ bootstrap_accounts() {
 }
 
 cluster_is_up() {
-    for d in mariadb slurmdbd slurmctld slurmd-gpu1 slurmd-gpu2; do
+    for d in mariadb postgres slurmdbd slurmctld slurmd-gpu1 slurmd-gpu2; do
         is_running "$d" || return 1
     done
     scontrol ping >/dev/null 2>&1
@@ -300,7 +308,7 @@ cluster_is_up() {
 stop_all() {
     local stopped=""
     # Compute nodes first, the database last; munge only if we started it.
-    for d in slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd mariadb munge; do
+    for d in slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd postgres mariadb munge; do
         local pf
         pf=$(pidfile "$d")
         [ -f "$pf" ] || continue

@@ -14,6 +14,7 @@ import click
 from slurm_gpu import __version__
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
+from slurm_gpu.cli.db import db
 from slurm_gpu.cli.node import node_group
 from slurm_gpu.errors import SlurmGpuError
 
@@ -55,3 +56,4 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 # Command modules register here, one line each.
 cli.add_command(config_group)
 cli.add_command(node_group)
+cli.add_command(db)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import alembic.command
@@ -18,7 +19,6 @@ import alembic.script
 import alembic.util
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy.sql.dml import Insert
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
@@ -137,6 +137,10 @@ class Store:
         with self._errors(what), self.engine.connect() as conn, conn.begin():
             yield conn
 
+    def _sqlite_file(self) -> bool:
+        database = self.engine.url.database
+        return self.dialect == "sqlite" and bool(database) and database != ":memory:"
+
     def dispose(self) -> None:
         """Close every pooled connection."""
         self.engine.dispose()
@@ -155,12 +159,26 @@ class Store:
         return cfg
 
     def upgrade(self, revision: str = "head") -> None:
-        """Create or migrate the schema to `revision` (idempotent: at head, a no-op)."""
+        """Create or migrate the schema to `revision` (idempotent: at head, a no-op).
+
+        For a SQLite file, its directory is created first.
+        """
+        database = self.engine.url.database
+        if self._sqlite_file() and database:
+            try:
+                Path(database).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(
+                    f"store {self.where}: cannot create its directory: {exc}"
+                ) from None
         with self._write(f"schema upgrade to {revision}") as conn:
             alembic.command.upgrade(self._alembic_config(conn), revision)
 
     def current_revision(self) -> str | None:
         """The schema revision the database is at (None: no schema yet)."""
+        database = self.engine.url.database
+        if self._sqlite_file() and not Path(database or "").exists():
+            return None  # not created yet; connecting would create an empty file
         with self._read("reading the schema revision") as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
@@ -186,20 +204,20 @@ class Store:
         """
         if not rows:
             return 0
-        stmt = insert_ignore(self.dialect, gpu_intervals)
         params = [convert.interval_to_row(row) for row in rows]
         with self._write(f"adding {len(rows)} GPU intervals") as conn:
-            return self._insert_ignore(conn, stmt, params)
+            return self._insert_ignore(conn, gpu_intervals, params)
 
     def _insert_ignore(
-        self, conn: sa.Connection, stmt: Insert, params: list[dict[str, Any]]
+        self, conn: sa.Connection, table: sa.Table, params: list[dict[str, Any]]
     ) -> int:
-        """Run an insert-or-ignore over `params`; the number of rows it inserted."""
+        """Insert `params` into `table`, skipping stored keys; the number inserted."""
+        stmt = insert_ignore(self.dialect, table)
         if self.dialect == "postgresql":
             # psycopg's executemany reports no rowcount through SQLAlchemy; RETURNING (sent
             # as multi-row VALUES pages by SQLAlchemy's insertmanyvalues) yields only the rows
             # that were inserted, never the skipped ones.
-            key = next(iter(stmt.table.primary_key.columns))
+            key = next(iter(table.primary_key.columns))
             return len(conn.execute(stmt.returning(key), params).all())
         return max(int(conn.execute(stmt, params).rowcount), 0)
 
@@ -333,7 +351,7 @@ class Store:
         with self._write(f"adding {len(events)} job events") as conn:
             new = self._insert_ignore(
                 conn,
-                insert_ignore(self.dialect, job_events),
+                job_events,
                 [convert.event_to_row(e, cluster) for e in events],
             )
             gpu_rows = [
