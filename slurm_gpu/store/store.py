@@ -108,6 +108,7 @@ class Store:
         except sa.exc.SQLAlchemyError as exc:
             raise StoreError(f"cannot use {self.where}: {_short(exc)}") from None
         self.dialect = self.engine.dialect.name
+        self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
         if self.dialect == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_connect)
             sa.event.listen(self.engine, "begin", _sqlite_begin)
@@ -211,15 +212,40 @@ class Store:
     def _insert_ignore(
         self, conn: sa.Connection, table: sa.Table, params: list[dict[str, Any]]
     ) -> int:
-        """Insert `params` into `table`, skipping stored keys; the number inserted."""
-        stmt = insert_ignore(self.dialect, table)
-        if self.dialect == "postgresql":
-            # psycopg's executemany reports no rowcount through SQLAlchemy; RETURNING (sent
-            # as multi-row VALUES pages by SQLAlchemy's insertmanyvalues) yields only the rows
-            # that were inserted, never the skipped ones.
-            key = next(iter(table.primary_key.columns))
-            return len(conn.execute(stmt.returning(key), params).all())
-        return max(int(conn.execute(stmt, params).rowcount), 0)
+        """Insert `params` into `table`, skipping stored keys; the number inserted.
+
+        The Core statement is compiled once per table and handed with the rows straight to
+        the driver's `executemany`, inside the connection's transaction: the columns here
+        need no bind processing, and the drivers' own affected-row counts (which skip
+        ignored duplicates) are exact, whereas SQLAlchemy reports -1 for psycopg's.
+        """
+        sql, order = self._compiled_insert_ignore(table)
+        cursor = conn.connection.cursor()
+        try:
+            if order is None:
+                cursor.executemany(sql, params)
+            else:
+                cursor.executemany(sql, [tuple(row[k] for k in order) for row in params])
+            return max(int(cursor.rowcount), 0)
+        except self.engine.dialect.loaded_dbapi.Error as exc:
+            raise sa.exc.DBAPIError.instance(
+                sql, None, exc, Exception, hide_parameters=True
+            ) from exc
+        finally:
+            cursor.close()
+
+    def _compiled_insert_ignore(self, table: sa.Table) -> tuple[str, tuple[str, ...] | None]:
+        """SQL text of the insert-or-ignore for `table`, and its positional key order."""
+        cached = self._compiled.get(table.name)
+        if cached is None:
+            columns = [c.name for c in table.columns]
+            compiled = insert_ignore(self.dialect, table).compile(
+                dialect=self.engine.dialect, column_keys=columns
+            )
+            positions = compiled.positiontup
+            cached = (str(compiled), tuple(positions) if positions is not None else None)
+            self._compiled[table.name] = cached
+        return cached
 
     def intervals(
         self,
@@ -468,16 +494,21 @@ class Store:
 
     # ------------------------------------------------------------------ summaries
 
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> None:
-        """Store job GPU summaries; one with a stored key (job, node, GPU) replaces it."""
+    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
+        """Store job GPU summaries; one with a stored key (job, node, GPU) replaces it.
+
+        Returns:
+            The number of summaries written (an upsert: new and replaced alike).
+        """
         if not rows:
-            return
+            return 0
         update = [n for n in convert.SUMMARY_FIELDS if n not in ("job_id", "node", "gpu_uuid")]
         with self._write(f"adding {len(rows)} job GPU summaries") as conn:
             conn.execute(
                 upsert(self.dialect, job_gpu_summaries, update),
                 [convert.summary_to_row(r, self.cluster) for r in rows],
             )
+        return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
         """The summaries of `job_id` in this store's cluster, ordered by node and GPU."""

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import LAUNCHER, TestBed
 
 # All GPUs of a node as pynvml sees them: minor, utilization, memory, process pids.
 READ_ALL_GPUS = """
@@ -156,7 +157,7 @@ def test_sacct_records_the_gpus_and_account(testbed: TestBed) -> None:
     assert "gres/gpu=2" in row["AllocTRES"].split(",")
 
 
-def test_launcher_lifecycle_on_a_fresh_state_dir(tmp_path_factory: object) -> None:
+def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
     """up brings up 2 idle nodes; a second up changes nothing; down leaves no daemon."""
     state = Path("/var/tmp/slurm-gpu-cluster-lifecycle-test")
     shutil.rmtree(state, ignore_errors=True)
@@ -164,12 +165,14 @@ def test_launcher_lifecycle_on_a_fresh_state_dir(tmp_path_factory: object) -> No
         "SLURM_GPU_CTLD_PORT": "17817",
         "SLURM_GPU_DBD_PORT": "17819",
         "SLURM_GPU_DB_PORT": "14306",
+        "SLURM_GPU_PG_PORT": "16432",
         "SLURM_GPU_NODE1_PORT": "17901",
         "SLURM_GPU_NODE2_PORT": "17902",
         "SLURM_GPU_CLUSTER_NAME": "lifecycle",
     }
-    bed = TestBed.up(state, ports)
+    pids: dict[str, str] = {}
     try:
+        bed = TestBed.up(state, ports)
         out = bed.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T|%G").stdout.split()
         assert out == ["gpu1|idle|gpu:a100:4", "gpu2|idle|gpu:h100:4"]
 
@@ -180,7 +183,8 @@ def test_launcher_lifecycle_on_a_fresh_state_dir(tmp_path_factory: object) -> No
         assert {p.name: p.read_text() for p in (state / "run").glob("*.pid")} == pids
         assert {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()} == mtimes
     finally:
-        bed.launcher("down")
+        env = dict(os.environ, SLURM_GPU_CLUSTER_DIR=str(state))
+        subprocess.run([str(LAUNCHER), "down"], env=env, check=False)
     ours = [int(text) for name, text in pids.items() if name != "munge.pid"]
     alive = []
     for pid in ours:

@@ -44,6 +44,8 @@ def launcher_env(launcher_env_text: str) -> dict[str, str]:
 class TestBed:
     """A running test-bed cluster and the environment that reaches it."""
 
+    __test__ = False  # not a test class, despite the name
+
     state_dir: Path
     env: dict[str, str] = field(repr=False)
 
