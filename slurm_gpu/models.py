@@ -7,7 +7,7 @@ read (not supported, GPU lost) is None: missing data is never zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class GpuInterval:
     unallocated_pids: tuple[int, ...] = ()
 
 
-class JobEventKind(str, Enum):
+class JobEventKind(StrEnum):
     """What a hook saw happen to a job on a node."""
 
     STARTED = "started"

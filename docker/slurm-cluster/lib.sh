@@ -312,6 +312,9 @@ stop_all() {
         local pf
         pf=$(pidfile "$d")
         [ -f "$pf" ] || continue
+        # postgres: a fast shutdown; SIGTERM would wait for pooled clients to leave.
+        [ "$d" = postgres ] && type stop_postgres >/dev/null 2>&1 && stop_postgres
+        [ -f "$pf" ] || { stopped="$stopped $d"; continue; }
         local pid
         pid=$(cat "$pf")
         if kill -0 "$pid" 2>/dev/null; then

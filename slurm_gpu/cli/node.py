@@ -15,7 +15,9 @@ def node_group() -> None:
 
 
 @node_group.command("run")
-@click.option("--node", "node_name", default=None, help="Slurm node name (default: short hostname).")
+@click.option(
+    "--node", "node_name", default=None, help="Slurm node name (default: short hostname)."
+)
 @click.option("--once", is_flag=True, help="One sampling round and one shipping pass, then exit.")
 @pass_app
 def run_cmd(app: AppContext, node_name: str | None, once: bool) -> None:
@@ -30,7 +32,9 @@ def run_cmd(app: AppContext, node_name: str | None, once: bool) -> None:
 
 
 @node_group.command("spool")
-@click.option("--node", "node_name", default=None, help="Slurm node name (default: short hostname).")
+@click.option(
+    "--node", "node_name", default=None, help="Slurm node name (default: short hostname)."
+)
 @pass_app
 def spool_cmd(app: AppContext, node_name: str | None) -> None:
     """List what waits in the spool for the store."""

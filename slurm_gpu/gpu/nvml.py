@@ -7,6 +7,7 @@ Each distinct problem is logged once per GPU and field, not every interval.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -50,10 +51,8 @@ class NvmlSource:
 
     def close(self) -> None:
         """nvmlShutdown; safe to call twice."""
-        try:
+        with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
 
     def driver_version(self) -> str:
         """`nvidia-smi --query-gpu=driver_version`."""
@@ -66,7 +65,7 @@ class NvmlSource:
             try:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = str(pynvml.nvmlDeviceGetUUID(handle))
-                memory = self._field(uuid, "memory", lambda h=handle: pynvml.nvmlDeviceGetMemoryInfo(h))
+                memory = self._memory(uuid, handle)
                 found.append(
                     GpuDevice(
                         uuid=uuid,
@@ -91,12 +90,10 @@ class NvmlSource:
         """
         now = self._clock()
         try:
-            handle = self._handles.get(device.uuid) or pynvml.nvmlDeviceGetHandleByUUID(
-                device.uuid
-            )
+            handle = self._handles.get(device.uuid) or pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
             self._handles[device.uuid] = handle
             uuid = device.uuid
-            memory = self._field(uuid, "memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+            memory = self._memory(uuid, handle)
             power_mw = self._field(uuid, "power", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
             energy_mj = self._field(
                 uuid, "energy", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
@@ -137,6 +134,10 @@ class NvmlSource:
                 for p in processes
             ),
         )
+
+    def _memory(self, uuid: str, handle: Any) -> Any:
+        """`nvidia-smi --query-gpu=memory.used,memory.total` (None when unsupported)."""
+        return self._field(uuid, "memory", lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
 
     def _samples(self, uuid: str, handle: Any, since: float) -> tuple[UtilSample, ...]:
         """`nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES)` newer than `since`."""

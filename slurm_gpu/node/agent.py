@@ -137,12 +137,16 @@ class NodeAgent:
     def _adopt_orphan_bindings(self) -> None:
         """A binding with no span means its started event was lost: trust the binding."""
         known = {(s.job_id, s.slurm_index) for s in self.spool.spans()}
-        orphans = [b for b in read_bindings(self.node_dir) if (b.job_id, b.slurm_index) not in known]
+        orphans = [
+            b for b in read_bindings(self.node_dir) if (b.job_id, b.slurm_index) not in known
+        ]
         if not orphans:
             return
         with self.spool.transaction() as db:
             for b in orphans:
-                span = JobSpan(b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition)
+                span = JobSpan(
+                    b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition
+                )
                 self.spool.add_span(db, span)
 
     def _read_gpu(
@@ -177,9 +181,7 @@ class NodeAgent:
             for s in spans
             if s.slurm_index == index and s.start < now and (s.end is None or s.end > w0)
         ]
-        pieces = split_window(
-            w0, now, snap, mine, self.period, self.active_threshold, energy_delta
-        )
+        pieces = split_window(w0, now, snap, mine, self.period, self.active_threshold, energy_delta)
         unallocated = self._unallocated(device.uuid, snap, mine, now)
         if unallocated:
             result.unallocated[device.uuid] = unallocated
@@ -205,11 +207,11 @@ class NodeAgent:
     ) -> tuple[int, ...]:
         """Pids on this GPU that belong to no job holding it now (DESIGN: security)."""
         holders = {s.job_id for s in spans if s.end is None or s.end >= now}
-        strays = tuple(
-            p.pid for p in snap.processes or () if self.pid_job(p.pid) not in holders
-        )
+        strays = tuple(p.pid for p in snap.processes or () if self.pid_job(p.pid) not in holders)
         for pid in strays:
             if (uuid, pid) not in self._warned_pids:
                 self._warned_pids.add((uuid, pid))
-                log.warning("unallocated GPU use: pid %d on GPU %s belongs to no job holding it", pid, uuid)
+                log.warning(
+                    "unallocated GPU use: pid %d on GPU %s belongs to no job holding it", pid, uuid
+                )
         return strays

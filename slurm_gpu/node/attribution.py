@@ -8,6 +8,7 @@ diluted by the idle seconds before it started. Pure functions; no I/O.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -97,7 +98,7 @@ def split_window(
         return []
     points = cut_points(w0, w1, spans, period)
     pieces: list[Piece] = []
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         owner = next((s for s in spans if s.covers(a, b)), None)
         values = [s.util_percent for s in snapshot.samples if a < s.time <= b]
         pieces.append(
@@ -113,9 +114,7 @@ def split_window(
                 active_count=sum(1 for v in values if v > active_threshold),
                 mem_used_bytes=snapshot.mem_used_bytes,
                 power_watts=snapshot.power_watts,
-                energy_joules=None
-                if energy_delta is None
-                else energy_delta * (b - a) / (w1 - w0),
+                energy_joules=None if energy_delta is None else energy_delta * (b - a) / (w1 - w0),
             )
         )
     return pieces

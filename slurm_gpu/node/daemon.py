@@ -99,13 +99,22 @@ def run_node(config: Config, node: str, once: bool = False) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    ship_thread = threading.Thread(target=lambda: _ship_forever(config, node, store, shipper, stop), daemon=True)
+    ship_thread = threading.Thread(
+        target=lambda: _ship_forever(config, node, store, shipper, stop), daemon=True
+    )
     ship_thread.start()
     next_tick = time.monotonic()
     while not stop.is_set():
         try:
             result = agent.tick()
-            metrics.update(node, agent.devices, agent.uuid_index, agent.spool.spans(), result, agent.spool.backlog())
+            metrics.update(
+                node,
+                agent.devices,
+                agent.uuid_index,
+                agent.spool.spans(),
+                result,
+                agent.spool.backlog(),
+            )
             if result.summaries:
                 log.info("summarized jobs %s", sorted({s.job_id for s in result.summaries}))
         except Exception:  # a bad tick must not kill the agent; the next one retries
@@ -116,7 +125,9 @@ def run_node(config: Config, node: str, once: bool = False) -> int:
     return 0
 
 
-def _ship_forever(config: Config, node: str, store: Store, shipper: Shipper, stop: threading.Event) -> None:
+def _ship_forever(
+    config: Config, node: str, store: Store, shipper: Shipper, stop: threading.Event
+) -> None:
     # The shipper's spool connection must be created in this thread (sqlite3 rule).
     shipper.spool = Spool(spool_path(config, node))
     shipper.run(stop)
@@ -125,4 +136,6 @@ def _ship_forever(config: Config, node: str, store: Store, shipper: Shipper, sto
 def dump_spool(config: Config, node: str) -> str:
     """The spool's outbox as JSON lines (debugging: `slurm-gpu node spool`)."""
     spool = Spool(spool_path(config, node))
-    return "\n".join(json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in spool.pending(10**6))
+    return "\n".join(
+        json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in spool.pending(10**6)
+    )

@@ -20,14 +20,33 @@ class NodeMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.util = Gauge("slurm_gpu_utilization_percent", "Mean GPU utilization over the last interval", _LABELS, registry=r)
+        self.util = Gauge(
+            "slurm_gpu_utilization_percent",
+            "Mean GPU utilization over the last interval",
+            _LABELS,
+            registry=r,
+        )
         self.mem = Gauge("slurm_gpu_memory_used_bytes", "GPU memory in use", _LABELS, registry=r)
         self.power = Gauge("slurm_gpu_power_watts", "GPU power draw", _LABELS, registry=r)
         self.temp = Gauge("slurm_gpu_temperature_celsius", "GPU temperature", _LABELS, registry=r)
-        self.up = Gauge("slurm_gpu_device_up", "1 when the GPU answered NVML this interval", _LABELS, registry=r)
-        self.unallocated = Gauge("slurm_gpu_unallocated_processes", "Processes on the GPU that belong to no job holding it", _LABELS, registry=r)
-        self.ticks = Counter("slurm_gpu_agent_ticks_total", "Sampling rounds done", ["node"], registry=r)
-        self.backlog = Gauge("slurm_gpu_agent_spool_backlog_rows", "Rows waiting in the spool for the store", ["node"], registry=r)
+        self.up = Gauge(
+            "slurm_gpu_device_up", "1 when the GPU answered NVML this interval", _LABELS, registry=r
+        )
+        self.unallocated = Gauge(
+            "slurm_gpu_unallocated_processes",
+            "Processes on the GPU that belong to no job holding it",
+            _LABELS,
+            registry=r,
+        )
+        self.ticks = Counter(
+            "slurm_gpu_agent_ticks_total", "Sampling rounds done", ["node"], registry=r
+        )
+        self.backlog = Gauge(
+            "slurm_gpu_agent_spool_backlog_rows",
+            "Rows waiting in the spool for the store",
+            ["node"],
+            registry=r,
+        )
 
     def serve(self, address: str) -> None:
         """Starts the HTTP endpoint on "host:port"."""
@@ -47,7 +66,10 @@ class NodeMetrics:
         for gauge in (self.util, self.mem, self.power, self.temp, self.up, self.unallocated):
             gauge.clear()
         for device in devices:
-            span = next((s for s in spans if s.slurm_index == index_of.get(device.uuid) and s.end is None), None)
+            span = next(
+                (s for s in spans if s.slurm_index == index_of.get(device.uuid) and s.end is None),
+                None,
+            )
             labels = (
                 node,
                 device.uuid,
@@ -61,7 +83,9 @@ class NodeMetrics:
             if snap is None or snap.error:
                 continue
             if snap.samples:
-                self.util.labels(*labels).set(sum(s.util_percent for s in snap.samples) / len(snap.samples))
+                self.util.labels(*labels).set(
+                    sum(s.util_percent for s in snap.samples) / len(snap.samples)
+                )
             if snap.mem_used_bytes is not None:
                 self.mem.labels(*labels).set(snap.mem_used_bytes)
             if snap.power_watts is not None:

@@ -350,8 +350,7 @@ class Spool:
             uuids: {Slurm GPU index: uuid} on this node.
         """
         spans = db.execute(
-            "SELECT slurm_index, start, end, user, account, partition FROM spans"
-            " WHERE job_id = ?",
+            "SELECT slurm_index, start, end, user, account, partition FROM spans WHERE job_id = ?",
             (job_id,),
         ).fetchall()
         summaries: list[JobGpuSummary] = []

@@ -13,9 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_gpu.errors import ConfigError
+from slurm_gpu.errors import ConfigError, SlurmError
 from slurm_gpu.slurm.hostlist import expand
-from slurm_gpu.errors import SlurmError
 
 
 @dataclass(frozen=True)

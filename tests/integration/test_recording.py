@@ -30,7 +30,9 @@ def elapsed_seconds(text: str) -> float:
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
 
 
-def wait_summaries(store: Store, job_id: int, gpus: int, timeout: float = 90) -> list[JobGpuSummary]:
+def wait_summaries(
+    store: Store, job_id: int, gpus: int, timeout: float = 90
+) -> list[JobGpuSummary]:
     """Polls the store until the job's per-GPU summaries have all arrived."""
     deadline = time.monotonic() + timeout
     rows: list[JobGpuSummary] = []
@@ -47,14 +49,22 @@ def workload(testbed: TestBed, store: Store) -> dict[str, int]:
     """Three jobs at once: busy 2-GPU at 70%, idle 1-GPU, and a 0->80% ramp on gpu1."""
     jobs = {
         "busy": testbed.submit(
-            "alice", "--gres=gpu:2", "-A", "physics",
+            "alice",
+            "--gres=gpu:2",
+            "-A",
+            "physics",
             wrap=testbed.gpu_load("--util", "70", "--mem", "20480", "--seconds", "90"),
         ),
         "idle": testbed.submit(
             "bob", "--gres=gpu:1", wrap=testbed.gpu_load("--pattern", "idle", "--seconds", "60")
         ),
         "ramp": testbed.submit(
-            "carol", "--gres=gpu:1", "-A", "bio", "-w", "gpu1",
+            "carol",
+            "--gres=gpu:1",
+            "-A",
+            "bio",
+            "-w",
+            "gpu1",
             wrap=testbed.gpu_load("--pattern", "ramp", "--util", "80", "--seconds", "60"),
         ),
     }
@@ -83,7 +93,9 @@ def test_idle_job_has_zero_utilization(store: Store, workload: dict[str, int]) -
     assert (row.util_mean_percent, row.active_seconds) == (0.0, 0.0)
 
 
-def test_ramp_job_shows_the_true_mean_not_a_point_sample(store: Store, workload: dict[str, int]) -> None:
+def test_ramp_job_shows_the_true_mean_not_a_point_sample(
+    store: Store, workload: dict[str, int]
+) -> None:
     """A 0->80% linear ramp averages 40%, though its last point sample is near 80%."""
     (row,) = wait_summaries(store, workload["ramp"], 1)
     assert row.util_mean_percent is not None and abs(row.util_mean_percent - 40) <= 3, row

@@ -73,7 +73,9 @@ def test_nvml_sees_four_gpus_per_node_with_enumeration_order_unlike_minors(
     gpus = read_gpus(testbed)
     assert [g["minor"] for g in gpus["gpu1"]] == [2, 0, 3, 1]
     assert [g["minor"] for g in gpus["gpu2"]] == [0, 1, 2, 3]
-    names = testbed.nvml("gpu2", "result = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))")
+    names = testbed.nvml(
+        "gpu2", "result = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))"
+    )
     assert names == "NVIDIA H100 80GB HBM3"
 
 
@@ -212,7 +214,13 @@ def _cmdline(proc_dir: Path) -> bytes:
 
 def test_gpu_load_pid_gone_releases_gpus(testbed: TestBed, cancel_after: list[int]) -> None:
     """A workload killed with SIGKILL stops showing as a process on its GPUs."""
-    job = testbed.submit("carol", "-A", "bio", "--gres=gpu:1", wrap=testbed.gpu_load("--util", "40", "--seconds", "120"))
+    job = testbed.submit(
+        "carol",
+        "-A",
+        "bio",
+        "--gres=gpu:1",
+        wrap=testbed.gpu_load("--util", "40", "--seconds", "120"),
+    )
     cancel_after.append(job)
     testbed.wait_state(job, {"RUNNING"})
     node, indices = testbed.job_gpus(job)

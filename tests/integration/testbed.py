@@ -76,9 +76,7 @@ class TestBed:
         """Runs a command against the cluster, as `user` when given (like `su user -c`)."""
         cmd = list(argv)
         if user is not None:
-            keep = ",".join(
-                k for k in ("SLURM_CONF", "SIM_NVML_ROOT", "PATH", "SLURM_GPU_CONFIG")
-            )
+            keep = ",".join(k for k in ("SLURM_CONF", "SIM_NVML_ROOT", "PATH", "SLURM_GPU_CONFIG"))
             cmd = ["runuser", "-u", user, f"--whitelist-environment={keep}", "--", *cmd]
         return subprocess.run(
             cmd, check=check, env=self.env, capture_output=True, text=True, timeout=timeout

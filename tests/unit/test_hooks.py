@@ -1,5 +1,4 @@
 # The project writes `expected == actual` (DESIGN.md); ruff calls that a Yoda condition.
-# ruff: noqa: SIM300
 """The Slurm prolog/epilog hooks, run for real with /bin/sh and a controlled environment.
 
 Each test copies both scripts into a temp dir next to a `slurm-gpu-hooks.conf` that

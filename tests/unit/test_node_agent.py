@@ -76,7 +76,13 @@ def write_hook_file(path: Path, fields: dict[str, str], mtime: float) -> None:
 
 
 def start_job(node_dir: Path, job: int, indices: list[int], at: float) -> None:
-    common = {"job_id": str(job), "uid": "1001", "user": "alice", "account": "physics", "partition": "gpu"}
+    common = {
+        "job_id": str(job),
+        "uid": "1001",
+        "user": "alice",
+        "account": "physics",
+        "partition": "gpu",
+    }
     for i in indices:
         write_hook_file(node_dir / "bindings" / f"{job}.{i}", {**common, "gpu_index": str(i)}, at)
     gpus = ",".join(map(str, indices))
@@ -86,7 +92,9 @@ def start_job(node_dir: Path, job: int, indices: list[int], at: float) -> None:
 def end_job(node_dir: Path, job: int, at: float) -> None:
     for p in (node_dir / "bindings").glob(f"{job}.*"):
         p.unlink()
-    write_hook_file(node_dir / "events" / f"{job}.ended.2", {"job_id": str(job), "exit_code": "0"}, at)
+    write_hook_file(
+        node_dir / "events" / f"{job}.ended.2", {"job_id": str(job), "exit_code": "0"}, at
+    )
 
 
 class DeviceStat:
@@ -164,7 +172,7 @@ def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: tuple) 
 
 def test_intervals_are_per_minute_and_cover_every_second(rig: tuple) -> None:
     """Sealed intervals of one GPU tile the time read, split at minute boundaries."""
-    agent, clock, gpus, node_dir = rig
+    agent, clock, _, _ = rig
     agent.tick()
     run_until(agent, clock, T0 + 130)
     rows = sorted(
@@ -197,7 +205,7 @@ def test_agent_down_gap_is_missing_not_idle(rig: tuple) -> None:
 
 def test_lost_gpu_does_not_stop_the_other(rig: tuple) -> None:
     """A lost GPU leaves its window unread; the other GPU is still recorded."""
-    agent, clock, gpus, node_dir = rig
+    agent, clock, gpus, _ = rig
     gpus.lost.add("A")
     agent.tick()
     run_until(agent, clock, T0 + 70)
@@ -217,7 +225,7 @@ def test_process_of_another_job_is_unallocated_use(rig: tuple) -> None:
 
 def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
     """Hook event files become outbox rows and are deleted from the events dir."""
-    agent, clock, gpus, node_dir = rig
+    agent, clock, _, node_dir = rig
     start_job(node_dir, 5, [0, 1], T0)
     clock.now += 10
     agent.tick()
