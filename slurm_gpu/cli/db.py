@@ -59,3 +59,30 @@ def current(app: AppContext, url: str | None) -> None:
     head = Store.head_revision()
     state = "up to date" if revision == head else "needs `slurm-gpu db upgrade`"
     click.echo(f"{store.where}: {revision or '(empty)'} (head {head}, {state})")
+
+
+@db.command("prune")
+@url_option
+@click.option(
+    "--older-than",
+    "older_than",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Age of the readings to fold (default: [store] readings_retention).",
+)
+@pass_app
+def prune(app: AppContext, url: str | None, older_than: float | None) -> None:
+    """Roll readings older than the retention up into hourly rows, then delete them.
+
+    Job summaries are never pruned. Run daily (conf/systemd/slurm-gpu-db-prune.timer).
+    """
+    import time
+
+    age = older_than if older_than is not None else float(app.config.store.readings_retention)
+    store = _open(app, url)
+    try:
+        hourly, pruned = store.rollup_and_prune(time.time() - age)
+    finally:
+        store.dispose()
+    click.echo(f"{store.where}: {pruned} readings folded into {hourly} hourly rows")

@@ -83,7 +83,10 @@ def run_node(config: Config, node: str, once: bool = False) -> int:
         )
     metrics = NodeMetrics()
     if config.node.metrics_address:
-        metrics.serve(config.node.metrics_address)
+        try:
+            metrics.serve(config.node.metrics_address)
+        except OSError as exc:  # accounting matters more than the dashboard: keep going
+            log.error("cannot serve /metrics on %s: %s", config.node.metrics_address, exc)
     log.info(
         "node agent for %s: %d GPUs, interval %.0fs, spool %s",
         node,

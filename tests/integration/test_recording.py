@@ -146,3 +146,35 @@ def test_no_node_was_drained(testbed: TestBed, workload: dict[str, int]) -> None
     """Our hooks never drain a node: both stay usable after the workload."""
     out = testbed.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T").stdout.split()
     assert [line for line in out if "drain" in line or "down" in line] == []
+
+
+def test_agent_metrics_label_gpus_with_their_job(testbed: TestBed) -> None:
+    """gpu2's /metrics shows the running job's GPU with job id, user and account labels."""
+    import urllib.request
+
+    job = testbed.submit(
+        "bob",
+        "--gres=gpu:1",
+        "-w",
+        "gpu2",
+        wrap=testbed.gpu_load("--util", "60", "--seconds", "40"),
+    )
+    try:
+        testbed.wait_state(job, {"RUNNING"})
+        deadline = time.monotonic() + 40
+        series: list[str] = []
+        while time.monotonic() < deadline and not series:
+            time.sleep(2)
+            text = (
+                urllib.request.urlopen("http://127.0.0.1:19902/metrics", timeout=5).read().decode()
+            )
+            series = [
+                line
+                for line in text.splitlines()
+                if line.startswith("slurm_gpu_utilization_percent{") and f'job_id="{job}"' in line
+            ]
+        (line,) = series
+        assert 'user="bob"' in line and 'account="bio"' in line and 'node="gpu2"' in line
+        assert abs(float(line.rsplit(" ", 1)[1]) - 60) <= 3
+    finally:
+        testbed.run("scancel", str(job), check=False)

@@ -64,10 +64,16 @@ class TestBed:
         full.update(extra_env or {})
         return cls(state_dir=Path(full["SLURM_GPU_CLUSTER_DIR"]), env=full)
 
-    def launcher(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Runs local-cluster with this bed's environment."""
+    def launcher(
+        self, *args: str, check: bool = True, extra_env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs local-cluster with this bed's environment (plus `extra_env`)."""
         return subprocess.run(
-            [str(LAUNCHER), *args], check=check, env=self.env, capture_output=True, text=True
+            [str(LAUNCHER), *args],
+            check=check,
+            env={**self.env, **(extra_env or {})},
+            capture_output=True,
+            text=True,
         )
 
     def run(
