@@ -54,3 +54,44 @@ def spool_cmd(app: AppContext, node_name: str | None) -> None:
     from slurm_gpu.node.daemon import default_node_name, dump_spool
 
     click.echo(dump_spool(app.config, node_name or default_node_name()))
+
+
+@node_group.command("gpus")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per GPU.")
+def gpus_cmd(as_json: bool) -> None:
+    """Read every GPU of this node once through NVML (like `nvidia-smi`).
+
+    Checks that the agent's NVML path works here: library, driver, every field.
+    """
+    import json
+    import time
+    from dataclasses import asdict
+
+    from slurm_gpu.gpu.nvml import NvmlSource
+
+    source = NvmlSource()
+    try:
+        for device in source.devices():
+            snap = source.snapshot(device, time.time() - 10)
+            util = (
+                sum(s.util_percent for s in snap.samples) / len(snap.samples)
+                if snap.samples
+                else None
+            )
+            if as_json:
+                record = {**asdict(device), **asdict(snap), "util_mean_percent": util}
+                record.pop("samples")
+                click.echo(json.dumps(record))
+                continue
+            mib = (
+                "?" if snap.mem_used_bytes is None else f"{snap.mem_used_bytes // 2**20}"
+            ) + f"/{(device.memory_total_bytes or 0) // 2**20}MiB"
+            pids = ",".join(str(p.pid) for p in snap.processes or ()) or "-"
+            click.echo(
+                f"{device.nvml_index} minor={device.minor} {device.uuid} {device.name}"
+                f" util={'?' if util is None else f'{util:.0f}%'} mem={mib}"
+                f" power={snap.power_watts if snap.power_watts is not None else '?'}W"
+                f" pids={pids}" + (f" ERROR={snap.error}" if snap.error else "")
+            )
+    finally:
+        source.close()
