@@ -157,3 +157,103 @@ class Binding:
     account: str = ""
     partition: str = ""
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A pending or running job as slurmctld reports it (`squeue --json`, `scontrol -d`).
+
+    `gpus` maps each node to the Slurm GPU indices the job holds there (empty while
+    pending, or for jobs without GPUs).
+    """
+
+    job_id: int
+    user: str
+    account: str
+    partition: str
+    state: str
+    name: str = ""
+    qos: str = ""
+    submit_time: float | None = None
+    start_time: float | None = None
+    time_limit_seconds: float | None = None
+    nodes: tuple[str, ...] = ()
+    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    gpu_count: int = 0
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
+    admin_comment: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """What the node agent last knew about one GPU of one running job.
+
+    Shipped every tick (one row per job and GPU, replaced), so the controller sees data
+    no older than an agent interval plus shipping time.
+
+    Attributes:
+        last_reading: end of the newest window read from this GPU for this job.
+        last_active: newest NVML sample above the active threshold (None: never).
+        util_recent_percent: mean utilization of the newest window.
+        mem_used_bytes: memory in use at the newest read.
+        process_count: compute processes at the newest read.
+    """
+
+    job_id: int
+    node: str
+    gpu_uuid: str
+    slurm_index: int
+    start: float
+    last_reading: float
+    last_active: float | None
+    util_recent_percent: float | None
+    mem_used_bytes: int | None
+    process_count: int | None
+
+
+class Action(StrEnum):
+    """What a verdict asks the controller to do through Slurm."""
+
+    NONE = "none"
+    NOTICE = "notice"
+    WARN = "warn"
+    CANCEL = "cancel"
+    CAP_TIME = "cap_time"
+    HOLD = "hold"
+    RELEASE = "release"
+    BLOCK = "block"
+    UNBLOCK = "unblock"
+    SET_QOS = "set_qos"
+    SET_FAIRSHARE = "set_fairshare"
+    DRAIN = "drain"
+    REPORT = "report"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One decision of one policy about one job, user, account or node.
+
+    Every verdict is written to the audit log before it is acted on.
+
+    Attributes:
+        policy: idle_gpu, max_runtime, gpu_quota, hot_node or unallocated_use.
+        target: what it is about: "job:123", "account:physics", "user:alice", "node:gpu1".
+        reason: one plain sentence for the user and the audit log.
+        deadline: when the next step happens (e.g. the cancel after a warning).
+        details: JSON-able figures behind the decision (idle seconds, GPU-hours...).
+    """
+
+    policy: str
+    action: Action
+    target: str
+    reason: str
+    job_id: int | None = None
+    user: str = ""
+    account: str = ""
+    node: str = ""
+    deadline: float | None = None
+    details: tuple[tuple[str, object], ...] = ()

@@ -15,11 +15,11 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from slurm_gpu.gpu import GpuSnapshot, GpuSource
-from slurm_gpu.models import GpuDevice, JobGpuSummary
+from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, period_start, split_window
 from slurm_gpu.node.hookfiles import read_bindings, read_events
 from slurm_gpu.node.spool import Spool
@@ -111,6 +111,7 @@ class NodeAgent:
                 log.error("gres.conf GPU %d (minor %d) has no NVML device", index, minor)
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
         self._warned_pids: set[tuple[str, int]] = set()
+        self._last_active: dict[tuple[int, str], float] = {}
 
     def tick(self) -> TickResult:
         """One sampling round (see module docstring)."""
@@ -132,6 +133,7 @@ class NodeAgent:
                 self._read_gpu(db, device, spans, state.get(device.uuid), now, result)
             for job_id in sorted({s.job_id for s in spans if s.end is not None and s.end <= now}):
                 result.summaries += self.spool.finish_job(db, self.node, job_id, self.index_uuid)
+                self._last_active = {k: v for k, v in self._last_active.items() if k[0] != job_id}
         return result
 
     def _adopt_orphan_bindings(self) -> None:
@@ -196,11 +198,47 @@ class NodeAgent:
                 snap.ecc_errors_total,
                 unallocated if n == len(pieces) - 1 else (),
             )
+        for span in mine:
+            if span.end is None:
+                self._queue_activity(db, device.uuid, span, snap, w0, now)
         result.sealed += self.spool.seal_periods(
             db, self.node, device.uuid, period_start(now, self.period) - self.period
         )
         newest = max((s.time for s in snap.samples), default=last_sample)
         self.spool.set_gpu_state(db, device.uuid, now, newest, snap.energy_joules)
+
+    def _queue_activity(
+        self,
+        db: object,
+        uuid: str,
+        span: JobSpan,
+        snap: GpuSnapshot,
+        w0: float,
+        now: float,
+    ) -> None:
+        """The controller's view of a running job's GPU: replaced every tick."""
+        import sqlite3
+
+        assert isinstance(db, sqlite3.Connection)
+        since = max(w0, span.start)
+        mine = [s for s in snap.samples if since < s.time <= now]
+        busy = [s.time for s in mine if s.util_percent > self.active_threshold]
+        key = (span.job_id, uuid)
+        if busy:
+            self._last_active[key] = max(busy)
+        activity = GpuActivity(
+            job_id=span.job_id,
+            node=self.node,
+            gpu_uuid=uuid,
+            slurm_index=span.slurm_index,
+            start=span.start,
+            last_reading=now,
+            last_active=self._last_active.get(key),
+            util_recent_percent=sum(s.util_percent for s in mine) / len(mine) if mine else None,
+            mem_used_bytes=snap.mem_used_bytes,
+            process_count=None if snap.processes is None else len(snap.processes),
+        )
+        self.spool.queue(db, "activity", f"activity:{span.job_id}:{uuid}", asdict(activity))
 
     def _unallocated(
         self, uuid: str, snap: GpuSnapshot, spans: list[JobSpan], now: float

@@ -8,13 +8,14 @@ sampler keeps filling the spool; it catches up when the store returns.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobGpuSummary
+from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobEvent, JobGpuSummary
 from slurm_gpu.node.spool import Spool, decode_event, decode_interval, decode_summary
 
 log = logging.getLogger(__name__)
@@ -27,10 +28,13 @@ class StoreSink(Protocol):
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int: ...
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int: ...
     def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None: ...
+    def add_activity(self, rows: Sequence[GpuActivity]) -> int: ...
+    def forget_activity(self, job_ids: Sequence[int]) -> None: ...
 
 
 # Events first: a job's row exists before its intervals and summaries arrive.
-_ORDER = {"event": 0, "inventory": 1, "interval": 2, "summary": 3}
+# Activity before summaries: a finished job's activity is forgotten once it is summarized.
+_ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "summary": 4}
 
 
 class Shipper:
@@ -74,18 +78,20 @@ class Shipper:
         intervals = [decode_interval(p) for _, kind, _, p in rows if kind == "interval"]
         summaries = [decode_summary(p) for _, kind, _, p in rows if kind == "summary"]
         inventory = [p for _, kind, _, p in rows if kind == "inventory"]
+        activity = [GpuActivity(**json.loads(p)) for _, kind, _, p in rows if kind == "activity"]
         if events:
             self.store.add_events(events)
         for payload in inventory:
-            import json
-
             data = json.loads(payload)
             devices = [GpuDevice(**d) for d in data["devices"]]
             self.store.upsert_inventory(self.node, devices, data["seen_at"])
+        if activity:
+            self.store.add_activity(activity)
         if intervals:
             self.store.add_intervals(intervals)
         if summaries:
             self.store.add_summaries(summaries)
+            self.store.forget_activity(sorted({s.job_id for s in summaries}))
         self.spool.delete([r[0] for r in rows])
         self.shipped_total += len(rows)
         if summaries and self.on_summaries is not None:

@@ -180,6 +180,97 @@ job_events = sa.Table(
 )
 sa.Index(None, job_events.c.job_id)
 
+# ---- revision 0002: what the controller needs --------------------------------------
+
+# The agent's newest knowledge per running job and GPU, replaced every tick.
+gpu_activity = sa.Table(
+    "gpu_activity",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("slurm_index", sa.Integer(), nullable=False),
+    _time("start"),
+    _time("last_reading"),
+    _time("last_active", nullable=True),
+    sa.Column("util_recent_percent", sa.Double()),
+    sa.Column("mem_used_bytes", sa.BigInteger()),
+    sa.Column("process_count", sa.Integer()),
+)
+
+# Every controller decision, dry-run or real, written before it is acted on.
+audit_log = sa.Table(
+    "audit_log",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    _time("time"),
+    sa.Column("cycle", sa.String(64), nullable=False),
+    sa.Column("controller", sa.String(NAME), nullable=False),
+    sa.Column("dry_run", sa.Boolean(), nullable=False),
+    sa.Column("policy", sa.String(32), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("target", sa.String(255), nullable=False),
+    sa.Column("job_id", sa.BigInteger()),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("node", sa.String(NODE), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("details", sa.Text(), nullable=False),
+    sa.Column("outcome", sa.String(255), nullable=False),
+)
+sa.Index(None, audit_log.c.time)
+sa.Index(None, audit_log.c.job_id)
+
+# Admins' exemptions (`slurm-gpu exempt`): a job, user or account, until a time.
+exemptions = sa.Table(
+    "exemptions",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True),
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("target", sa.String(NAME), nullable=False),
+    sa.Column("policy", sa.String(32), nullable=False),
+    _time("until"),
+    sa.Column("reason", sa.Text(), nullable=False),
+    sa.Column("created_by", sa.String(NAME), nullable=False),
+    _time("created_at"),
+)
+
+# Only one controller acts at a time: whoever holds an unexpired lease.
+controller_lease = sa.Table(
+    "controller_lease",
+    metadata,
+    sa.Column("name", sa.String(NAME), primary_key=True),
+    sa.Column("holder", sa.String(NAME), nullable=False),
+    _time("expires_at"),
+)
+
+# At most one notification per job and alert kind; per-user rate limiting reads this.
+notifications = sa.Table(
+    "notifications",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    _time("time"),
+    sa.Column("channels", sa.String(255), nullable=False),
+)
+sa.Index(None, notifications.c.user, notifications.c.time)
+
+# What the quota policy set through Slurm and must undo later.
+quota_actions = sa.Table(
+    "quota_actions",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("scope", sa.String(NAME), primary_key=True),
+    sa.Column("action", sa.String(32), primary_key=True),
+    sa.Column("target", sa.String(255), primary_key=True),
+    _time("applied_at"),
+    sa.Column("details", sa.Text(), nullable=False),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -188,4 +279,10 @@ ALL_TABLES = (
     job_gpu_summaries,
     gpu_inventory,
     job_events,
+    gpu_activity,
+    audit_log,
+    exemptions,
+    controller_lease,
+    notifications,
+    quota_actions,
 )

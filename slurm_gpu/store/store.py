@@ -21,11 +21,19 @@ import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 
 from slurm_gpu.errors import StoreError
-from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+)
 from slurm_gpu.store import convert, rollup
 from slurm_gpu.store.dialect import insert_ignore, upsert
 from slurm_gpu.store.rollup import GpuHourly
 from slurm_gpu.store.schema import (
+    gpu_activity,
     gpu_intervals,
     gpu_intervals_hourly,
     gpu_inventory,
@@ -545,6 +553,83 @@ class Store:
                 InventoryEntry(r["node"], convert.row_to_device(r), r["first_seen"], r["last_seen"])
                 for r in conn.execute(query).mappings()
             ]
+
+    # ------------------------------------------------------------------ activity
+
+    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
+        """Replace the newest activity of running jobs' GPUs (the controller's input).
+
+        `last_active` never goes back: a restarted agent that has not yet seen a busy
+        sample does not erase the one the store already knows.
+        """
+        if not rows:
+            return 0
+        fields = (
+            "slurm_index",
+            "start",
+            "last_reading",
+            "util_recent_percent",
+            "mem_used_bytes",
+            "process_count",
+        )
+        stmt = upsert(self.dialect, gpu_activity, fields, keep_max=("last_active",))
+        with self._write(f"adding {len(rows)} GPU activity rows") as conn:
+            conn.execute(
+                stmt,
+                [
+                    {
+                        "cluster": self.cluster,
+                        "job_id": r.job_id,
+                        "node": r.node,
+                        "gpu_uuid": r.gpu_uuid,
+                        "slurm_index": r.slurm_index,
+                        "start": r.start,
+                        "last_reading": r.last_reading,
+                        "last_active": r.last_active,
+                        "util_recent_percent": r.util_recent_percent,
+                        "mem_used_bytes": r.mem_used_bytes,
+                        "process_count": r.process_count,
+                    }
+                    for r in rows
+                ],
+            )
+        return len(rows)
+
+    def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
+        """Newest activity per job and GPU (of `job_ids`, or of every job)."""
+        a = gpu_activity.c
+        query = sa.select(gpu_activity).where(a.cluster == self.cluster)
+        if job_ids is not None:
+            if not job_ids:
+                return []
+            query = query.where(a.job_id.in_(list(job_ids)))
+        with self._read("reading GPU activity") as conn:
+            return [
+                GpuActivity(
+                    job_id=r["job_id"],
+                    node=r["node"],
+                    gpu_uuid=r["gpu_uuid"],
+                    slurm_index=r["slurm_index"],
+                    start=r["start"],
+                    last_reading=r["last_reading"],
+                    last_active=r["last_active"],
+                    util_recent_percent=r["util_recent_percent"],
+                    mem_used_bytes=r["mem_used_bytes"],
+                    process_count=r["process_count"],
+                )
+                for r in conn.execute(query.order_by(a.job_id, a.node, a.slurm_index)).mappings()
+            ]
+
+    def forget_activity(self, job_ids: Sequence[int]) -> None:
+        """Drop finished jobs' activity rows (their summaries now hold the record)."""
+        if job_ids:
+            with self._write("removing finished jobs' activity") as conn:
+                conn.execute(
+                    gpu_activity.delete().where(
+                        gpu_activity.c.cluster == self.cluster,
+                        gpu_activity.c.job_id.in_(list(job_ids)),
+                    )
+                )
 
 
 def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -232,3 +233,23 @@ def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
     agent.tick()
     assert 1 == len(outbox(agent, "event"))
     assert [] == list((node_dir / "events").iterdir())
+
+
+def test_running_job_activity_tracks_the_last_busy_sample(rig: tuple) -> None:
+    """The activity row of a running job names the newest sample above the threshold."""
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 90.0 if t <= T0 + 12 else 0.0
+    start_job(node_dir, 4, [0], T0 - 5)
+    run_until(agent, clock, T0 + 30)
+    (payload,) = outbox(agent, "activity")
+    activity = json.loads(payload)
+    expected = (4, "B", 0, T0 + 12, T0 + 30, 0.0)
+    actual = (
+        activity["job_id"],
+        activity["gpu_uuid"],
+        activity["slurm_index"],
+        activity["last_active"],
+        activity["last_reading"],
+        activity["util_recent_percent"],
+    )
+    assert expected == actual
