@@ -257,3 +257,106 @@ class Verdict:
     node: str = ""
     deadline: float | None = None
     details: tuple[tuple[str, object], ...] = ()
+
+
+# ---------------------------------------------------------------------------- policy inputs
+
+
+@dataclass(frozen=True)
+class Exemption:
+    """An admin's exemption from policies (`slurm-gpu exempt`), until it expires.
+
+    Attributes:
+        scope: what is exempt: "job:123", "user:alice" or "account:physics".
+        policy: the policy it exempts from (idle_gpu, max_runtime, gpu_quota); "" = all.
+        expires: POSIX seconds when it stops applying; None = never.
+        reason: why, for the audit log.
+        created_by: who granted it.
+    """
+
+    scope: str
+    policy: str = ""
+    expires: float | None = None
+    reason: str = ""
+    created_by: str = ""
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """Measured use of one [[quota]] scope in one period (`sacct`-like sums from the store).
+
+    Attributes:
+        scope: "account:physics" or "user:alice".
+        unit: gpu_hours, gpu_mem_hours or job_hours.
+        period: the rule's period text ("month", "week", "30d"): with scope and unit it
+            names the [[quota]] rule this usage was measured for.
+        used: usage in `unit` within [period_start, period_end).
+    """
+
+    scope: str
+    unit: str
+    period: str
+    used: float
+    period_start: float
+    period_end: float
+
+
+@dataclass(frozen=True)
+class QuotaApplied:
+    """A quota action the controller carried out and has not undone yet.
+
+    Attributes:
+        scope, unit, period: the [[quota]] rule that caused it.
+        action: HOLD, BLOCK, SET_QOS or SET_FAIRSHARE.
+        target: "job:123" (HOLD, SET_QOS) or the scope (BLOCK, SET_FAIRSHARE).
+        job_id: the job, for HOLD and SET_QOS.
+        previous: what to restore: the job's QOS before SET_QOS, the association's
+            fairshare before SET_FAIRSHARE ("" = unknown: Slurm's default 1).
+        period_end: end of the calendar period it was applied in; None for rolling periods.
+        applied_at: when it was carried out.
+    """
+
+    scope: str
+    unit: str
+    period: str
+    action: Action
+    target: str
+    job_id: int | None = None
+    previous: str = ""
+    period_end: float | None = None
+    applied_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """What the node agents last reported about one node's GPUs.
+
+    Attributes:
+        max_temperature_celsius: hottest GPU of the node at the newest reading.
+        new_ecc_errors: ECC errors counted since the previous controller cycle.
+        lost_gpus: UUIDs of GPUs NVML reports lost (fell off the bus).
+        drained: the node is already drained or draining in Slurm.
+    """
+
+    node: str
+    max_temperature_celsius: float | None = None
+    new_ecc_errors: int = 0
+    lost_gpus: tuple[str, ...] = ()
+    drained: bool = False
+
+
+@dataclass(frozen=True)
+class UnallocatedUse:
+    """Compute processes on a GPU that no running job's allocation holds.
+
+    Attributes:
+        pids: the processes (host PIDs).
+        slurm_index: the GPU's Slurm index, when gres.conf maps it.
+        users: owners of the processes, when the agent could read them.
+    """
+
+    node: str
+    gpu_uuid: str
+    pids: tuple[int, ...]
+    slurm_index: int | None = None
+    users: tuple[str, ...] = ()

@@ -1,0 +1,363 @@
+"""The controller's records in the store: audit log, exemptions, lease, notices, quota actions.
+
+A thin layer over `Store`'s connection handling; the tables are revision 0002.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from slurm_gpu.errors import StoreError
+from slurm_gpu.models import Verdict
+from slurm_gpu.store.dialect import insert_ignore
+from slurm_gpu.store.schema import (
+    audit_log,
+    controller_lease,
+    exemptions,
+    notifications,
+    quota_actions,
+)
+from slurm_gpu.store.store import Store
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the audit log (`slurm-gpu audit`)."""
+
+    id: int
+    time: float
+    cycle: str
+    controller: str
+    dry_run: bool
+    policy: str
+    action: str
+    target: str
+    job_id: int | None
+    user: str
+    account: str
+    node: str
+    reason: str
+    details: dict[str, Any]
+    outcome: str
+
+
+@dataclass(frozen=True)
+class ExemptionRecord:
+    """An admin's exemption: kind "job", "user" or "account"; policy "" = every policy."""
+
+    id: int
+    kind: str
+    target: str
+    policy: str
+    until: float
+    reason: str
+    created_by: str
+    created_at: float
+
+
+@dataclass(frozen=True)
+class QuotaAction:
+    """Something the quota policy set through Slurm and has not undone yet."""
+
+    scope: str
+    action: str
+    target: str
+    applied_at: float
+    details: dict[str, Any]
+
+
+class ControlStore:
+    """Controller bookkeeping on top of a Store (same database, same cluster)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.cluster = store.cluster
+
+    # ---- audit ----------------------------------------------------------------------
+
+    def audit(
+        self,
+        verdicts: Sequence[Verdict],
+        *,
+        time: float,
+        cycle: str,
+        controller: str,
+        dry_run: bool,
+        outcome: str,
+    ) -> list[int]:
+        """Writes verdicts to the audit log (before acting); returns their ids."""
+        ids: list[int] = []
+        with self.store._write(f"auditing {len(verdicts)} verdicts") as conn:
+            for v in verdicts:
+                result = conn.execute(
+                    audit_log.insert().values(
+                        cluster=self.cluster,
+                        time=time,
+                        cycle=cycle,
+                        controller=controller,
+                        dry_run=dry_run,
+                        policy=v.policy,
+                        action=v.action.value,
+                        target=v.target,
+                        job_id=v.job_id,
+                        user=v.user,
+                        account=v.account,
+                        node=v.node,
+                        reason=v.reason,
+                        details=json.dumps(dict(v.details), default=str, sort_keys=True),
+                        outcome=outcome,
+                    )
+                )
+                ids.append(_new_id(result))
+        return ids
+
+    def set_outcome(self, audit_id: int, outcome: str) -> None:
+        """Records what acting on an audited verdict did ("done", "failed: ...")."""
+        with self.store._write("recording an action's outcome") as conn:
+            conn.execute(
+                audit_log.update().where(audit_log.c.id == audit_id).values(outcome=outcome[:255])
+            )
+
+    def audit_entries(
+        self,
+        *,
+        since: float | None = None,
+        until: float | None = None,
+        users: Sequence[str] = (),
+        accounts: Sequence[str] = (),
+        job_ids: Sequence[int] = (),
+        policies: Sequence[str] = (),
+        actions: Sequence[str] = (),
+        dry_run: bool | None = None,
+    ) -> list[AuditEntry]:
+        """Audit rows matching every given filter, oldest first."""
+        c = audit_log.c
+        query = sa.select(audit_log).where(c.cluster == self.cluster)
+        if since is not None:
+            query = query.where(c.time >= since)
+        if until is not None:
+            query = query.where(c.time < until)
+        for column, values in (
+            (c.user, users),
+            (c.account, accounts),
+            (c.job_id, job_ids),
+            (c.policy, policies),
+            (c.action, actions),
+        ):
+            if values:
+                query = query.where(column.in_(list(values)))
+        if dry_run is not None:
+            query = query.where(c.dry_run == dry_run)
+        with self.store._read("reading the audit log") as conn:
+            return [
+                AuditEntry(
+                    id=r["id"],
+                    time=r["time"],
+                    cycle=r["cycle"],
+                    controller=r["controller"],
+                    dry_run=bool(r["dry_run"]),
+                    policy=r["policy"],
+                    action=r["action"],
+                    target=r["target"],
+                    job_id=r["job_id"],
+                    user=r["user"],
+                    account=r["account"],
+                    node=r["node"],
+                    reason=r["reason"],
+                    details=json.loads(r["details"] or "{}"),
+                    outcome=r["outcome"],
+                )
+                for r in conn.execute(query.order_by(c.time, c.id)).mappings()
+            ]
+
+    def first_warnings(
+        self, policy_actions: Sequence[str] = ("warn",)
+    ) -> dict[tuple[int, str], float]:
+        """{(job_id, policy): time of its first warning}: the grace clock of each job."""
+        c = audit_log.c
+        query = (
+            sa.select(c.job_id, c.policy, sa.func.min(c.time))
+            .where(c.cluster == self.cluster, c.action.in_(list(policy_actions)))
+            .where(c.job_id.is_not(None))
+            .group_by(c.job_id, c.policy)
+        )
+        with self.store._read("reading first warnings") as conn:
+            return {(int(j), str(p)): float(t) for j, p, t in conn.execute(query)}
+
+    # ---- exemptions -----------------------------------------------------------------
+
+    def add_exemption(
+        self,
+        kind: str,
+        target: str,
+        until: float,
+        reason: str,
+        created_by: str,
+        created_at: float,
+        policy: str = "",
+    ) -> int:
+        """Records an exemption; returns its id."""
+        if kind not in ("job", "user", "account"):
+            raise ValueError(f"exemption kind must be job, user or account, not {kind!r}")
+        with self.store._write("adding an exemption") as conn:
+            result = conn.execute(
+                exemptions.insert().values(
+                    cluster=self.cluster,
+                    kind=kind,
+                    target=target,
+                    policy=policy,
+                    until=until,
+                    reason=reason,
+                    created_by=created_by,
+                    created_at=created_at,
+                )
+            )
+            return _new_id(result)
+
+    def exemptions(self, now: float | None = None) -> list[ExemptionRecord]:
+        """Exemptions still in force at `now` (every one when None)."""
+        c = exemptions.c
+        query = sa.select(exemptions).where(c.cluster == self.cluster)
+        if now is not None:
+            query = query.where(c.until > now)
+        with self.store._read("reading exemptions") as conn:
+            return [
+                ExemptionRecord(
+                    r["id"],
+                    r["kind"],
+                    r["target"],
+                    r["policy"],
+                    r["until"],
+                    r["reason"],
+                    r["created_by"],
+                    r["created_at"],
+                )
+                for r in conn.execute(query.order_by(c.id)).mappings()
+            ]
+
+    # ---- lease ----------------------------------------------------------------------
+
+    def acquire_lease(self, name: str, holder: str, now: float, ttl: float) -> bool:
+        """Takes or renews the lease `name` for `holder` until now+ttl.
+
+        The row is read under a lock (SELECT ... FOR UPDATE; SQLite's write transaction
+        is already exclusive), so two controllers never both win. A lease that was free
+        when read but taken by a racing insert surfaces as a key conflict: lost.
+        """
+        c = controller_lease.c
+        try:
+            with self.store._write("taking the controller lease") as conn:
+                current = conn.execute(
+                    sa.select(c.holder, c.expires_at).where(c.name == name).with_for_update()
+                ).first()
+                if current is None:
+                    conn.execute(
+                        controller_lease.insert().values(
+                            name=name, holder=holder, expires_at=now + ttl
+                        )
+                    )
+                    return True
+                if current.holder != holder and current.expires_at >= now:
+                    return False
+                conn.execute(
+                    controller_lease.update()
+                    .where(c.name == name)
+                    .values(holder=holder, expires_at=now + ttl)
+                )
+                return True
+        except StoreError as exc:
+            if "unique" in str(exc).lower() or "duplicate" in str(exc).lower():
+                return False
+            raise
+
+    def release_lease(self, name: str, holder: str) -> None:
+        """Gives the lease up (a clean shutdown), so another controller need not wait."""
+        c = controller_lease.c
+        with self.store._write("releasing the controller lease") as conn:
+            conn.execute(controller_lease.delete().where(c.name == name, c.holder == holder))
+
+    # ---- notifications ----------------------------------------------------------------
+
+    def claim_notification(self, key: str, user: str, time: float, channels: str) -> bool:
+        """Records that notification `key` goes out now; False if it already went.
+
+        (Drivers disagree on the row count of an insert-or-ignore, so it is a read
+        then an insert, in one transaction.)
+        """
+        c = notifications.c
+        with self.store._write("recording a notification") as conn:
+            seen = conn.execute(
+                sa.select(c.key).where(c.cluster == self.cluster, c.key == key)
+            ).first()
+            if seen is not None:
+                return False
+            conn.execute(
+                notifications.insert().values(
+                    cluster=self.cluster, key=key, user=user, time=time, channels=channels
+                )
+            )
+            return True
+
+    def last_notified(self, user: str) -> float | None:
+        """When `user` was last sent anything (per-user rate limiting)."""
+        c = notifications.c
+        query = sa.select(sa.func.max(c.time)).where(c.cluster == self.cluster, c.user == user)
+        with self.store._read("reading notification times") as conn:
+            value = conn.execute(query).scalar()
+        return None if value is None else float(value)
+
+    # ---- quota actions ----------------------------------------------------------------
+
+    def quota_actions(self) -> list[QuotaAction]:
+        """Everything the quota policy set and has not undone."""
+        query = sa.select(quota_actions).where(quota_actions.c.cluster == self.cluster)
+        with self.store._read("reading quota actions") as conn:
+            return [
+                QuotaAction(
+                    r["scope"],
+                    r["action"],
+                    r["target"],
+                    r["applied_at"],
+                    json.loads(r["details"] or "{}"),
+                )
+                for r in conn.execute(query).mappings()
+            ]
+
+    def record_quota_action(self, action: QuotaAction) -> None:
+        """Remembers a quota action so it can be undone later."""
+        with self.store._write("recording a quota action") as conn:
+            conn.execute(
+                insert_ignore(self.store.dialect, quota_actions).values(
+                    cluster=self.cluster,
+                    scope=action.scope,
+                    action=action.action,
+                    target=action.target,
+                    applied_at=action.applied_at,
+                    details=json.dumps(action.details, sort_keys=True),
+                )
+            )
+
+    def forget_quota_action(self, scope: str, action: str, target: str) -> None:
+        """The action was undone."""
+        c = quota_actions.c
+        with self.store._write("forgetting an undone quota action") as conn:
+            conn.execute(
+                quota_actions.delete().where(
+                    c.cluster == self.cluster,
+                    c.scope == scope,
+                    c.action == action,
+                    c.target == target,
+                )
+            )
+
+
+def _new_id(result: sa.CursorResult[Any]) -> int:
+    """The autoincrement id of the row an INSERT just wrote."""
+    key = result.inserted_primary_key
+    assert key is not None, "INSERT without a primary key"
+    return int(key[0])

@@ -1,0 +1,188 @@
+"""Usage queries for the reports (read-only), and the jobs sync writer.
+
+A thin layer over `Store`'s connection handling: the reports read jobs, job GPU summaries
+(finished jobs) and per-interval totals (running jobs) in bulk; `sync_jobs` writes the
+facts sacct knows (submit/start/end, state, name, nodes) into `jobs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from slurm_gpu.models import JobGpuSummary
+from slurm_gpu.store import convert
+from slurm_gpu.store.schema import gpu_intervals, gpu_inventory, job_gpu_summaries, jobs
+from slurm_gpu.store.store import Store
+
+CHUNK = 500  # ids per IN (...) clause: far below every backend's parameter limit
+
+
+@dataclass(frozen=True)
+class IntervalTotals:
+    """One running job's use of one GPU, summed over its stored intervals.
+
+    The same figures a `JobGpuSummary` holds, so a running job reads like a finished one;
+    `last_period_end` says how fresh they are.
+    """
+
+    job_id: int
+    node: str
+    gpu_uuid: str
+    first_period_start: float
+    last_period_end: float
+    covered_seconds: float
+    active_seconds: float
+    util_weighted_sum: float
+    util_covered_seconds: float
+    util_max_percent: float | None
+    mem_max_bytes: int | None
+    mem_gib_seconds: float
+    energy_joules: float | None
+    interval_count: int
+
+    @property
+    def util_mean_percent(self) -> float | None:
+        """Mean utilization weighted by covered seconds (None: no samples)."""
+        if self.util_covered_seconds <= 0:
+            return None
+        return self.util_weighted_sum / self.util_covered_seconds
+
+
+def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
+    unique = sorted(set(ids))
+    for i in range(0, len(unique), CHUNK):
+        yield unique[i : i + CHUNK]
+
+
+def jobs_in_window(
+    store: Store, since: float | None, until: float | None, job_ids: Sequence[int] = ()
+) -> list[dict[str, Any]]:
+    """`jobs` rows of the store's cluster that overlap [since, until], or the given ids.
+
+    A job overlaps when it started (or, still pending, was submitted) before `until` and
+    has not ended before `since`; rows with no time at all are left out.
+    """
+    j = jobs.c
+    base = sa.select(jobs).where(j.cluster == store.cluster)
+    queries = []
+    if job_ids:
+        queries = [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
+    else:
+        began = sa.func.coalesce(j.start_time, j.submit_time)
+        query = base.where(began.is_not(None))
+        if until is not None:
+            query = query.where(began <= until)
+        if since is not None:
+            query = query.where(sa.or_(j.end_time.is_(None), j.end_time >= since))
+        queries = [query]
+    rows: list[dict[str, Any]] = []
+    with store._read("reading jobs") as conn:
+        for query in queries:
+            rows.extend(dict(r) for r in conn.execute(query.order_by(j.job_id)).mappings())
+    return rows
+
+
+def summaries_for(store: Store, job_ids: Sequence[int]) -> list[JobGpuSummary]:
+    """Job GPU summaries of these jobs (finished jobs), ordered by job, node, GPU."""
+    s = job_gpu_summaries.c
+    out: list[JobGpuSummary] = []
+    with store._read("reading job summaries") as conn:
+        for chunk in _chunks(job_ids):
+            query = (
+                sa.select(job_gpu_summaries)
+                .where(s.cluster == store.cluster, s.job_id.in_(chunk))
+                .order_by(s.job_id, s.node, s.gpu_uuid)
+            )
+            out.extend(convert.row_to_summary(r) for r in conn.execute(query).mappings())
+    return out
+
+
+def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTotals]:
+    """Per-job, per-GPU totals of the stored intervals of these jobs (for running jobs).
+
+    GPU-memory GiB-seconds use each interval's peak memory times its covered seconds.
+    """
+    t = gpu_intervals.c
+    util_seconds = sa.case((t.util_mean_percent.is_(None), 0.0), else_=t.covered_seconds)
+    query_cols = (
+        t.job_id,
+        t.node,
+        t.gpu_uuid,
+        sa.func.min(t.period_start).label("first_period_start"),
+        sa.func.max(t.period_end).label("last_period_end"),
+        sa.func.sum(t.covered_seconds).label("covered_seconds"),
+        sa.func.sum(t.active_seconds).label("active_seconds"),
+        sa.func.sum(sa.func.coalesce(t.util_mean_percent, 0.0) * util_seconds).label("uws"),
+        sa.func.sum(util_seconds).label("ucs"),
+        sa.func.max(t.util_max_percent).label("util_max"),
+        sa.func.max(t.mem_used_max_bytes).label("mem_max"),
+        sa.func.sum(
+            sa.func.coalesce(t.mem_used_max_bytes, 0) * t.covered_seconds / float(2**30)
+        ).label("mem_gib_seconds"),
+        sa.func.sum(t.energy_joules).label("energy"),
+        sa.func.count().label("n"),
+    )
+    out: list[IntervalTotals] = []
+    with store._read("reading GPU intervals of jobs") as conn:
+        for chunk in _chunks(job_ids):
+            query = (
+                sa.select(*query_cols)
+                .where(t.job_id.in_(chunk))
+                .group_by(t.job_id, t.node, t.gpu_uuid)
+                .order_by(t.job_id, t.node, t.gpu_uuid)
+            )
+            for r in conn.execute(query).mappings():
+                out.append(
+                    IntervalTotals(
+                        job_id=int(r["job_id"]),
+                        node=r["node"],
+                        gpu_uuid=r["gpu_uuid"],
+                        first_period_start=float(r["first_period_start"]),
+                        last_period_end=float(r["last_period_end"]),
+                        covered_seconds=float(r["covered_seconds"] or 0.0),
+                        active_seconds=float(r["active_seconds"] or 0.0),
+                        util_weighted_sum=float(r["uws"] or 0.0),
+                        util_covered_seconds=float(r["ucs"] or 0.0),
+                        util_max_percent=_float(r["util_max"]),
+                        mem_max_bytes=None if r["mem_max"] is None else int(r["mem_max"]),
+                        mem_gib_seconds=float(r["mem_gib_seconds"] or 0.0),
+                        energy_joules=_float(r["energy"]),
+                        interval_count=int(r["n"]),
+                    )
+                )
+    return out
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def recent_intervals(store: Store, since: float) -> list[dict[str, Any]]:
+    """Every interval row (all GPUs, attributed or not) ending after `since`, newest last."""
+    t = gpu_intervals.c
+    query = sa.select(gpu_intervals).where(t.period_end > since).order_by(t.period_start)
+    with store._read("reading recent GPU intervals") as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def gpu_models(store: Store) -> dict[str, str]:
+    """{gpu_uuid: model} from the inventory."""
+    i = gpu_inventory.c
+    with store._read("reading GPU models") as conn:
+        return {r.uuid: r.model for r in conn.execute(sa.select(i.uuid, i.model))}
+
+
+def sync_jobs(store: Store, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Upsert job facts from Slurm (e.g. `SacctJob.store_row()`) into `jobs`.
+
+    Returns:
+        The number of jobs written.
+    """
+    batch = list(rows)
+    for i in range(0, len(batch), CHUNK):
+        store.upsert_jobs(batch[i : i + CHUNK])
+    return len(batch)
