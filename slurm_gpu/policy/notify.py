@@ -1,0 +1,161 @@
+"""Telling users and admins what the controller saw and will do: email and a webhook.
+
+One message per job and alert kind (the store's `notifications` table remembers what went
+out), and at most one message per user per `user_rate_limit` unless it is a cancellation
+(which a user must always hear about). A failing channel is logged; it never stops the
+controller from acting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import smtplib
+import time as time_module
+import urllib.request
+from dataclasses import dataclass
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Protocol
+
+from slurm_gpu.models import Action, Verdict
+
+log = logging.getLogger(__name__)
+
+# Alerts a user always gets, whatever the rate limit: they change what happens to a job.
+URGENT = frozenset({Action.CANCEL, Action.CAP_TIME, Action.HOLD, Action.BLOCK})
+
+
+class NotifySettings(Protocol):
+    """The [notify] keys this module reads."""
+
+    smtp_host: str
+    smtp_port: int
+    smtp_from: str
+    smtp_starttls: bool
+    smtp_user: str
+    smtp_password_file: str
+    user_email_domain: str
+    admin_emails: list[str]
+    webhook_url: str
+    exemption_contact: str
+
+
+@dataclass(frozen=True)
+class Message:
+    """One rendered notification."""
+
+    subject: str
+    body: str
+    to: tuple[str, ...]
+
+
+def render(verdict: Verdict, cluster: str, contact: str, dry_run: bool = False) -> Message:
+    """The text users and admins read: what was seen, what happens and when, how to ask.
+
+    Args:
+        verdict: the decision.
+        cluster: cluster name for the subject line.
+        contact: how to ask for an exemption ([notify] exemption_contact).
+        dry_run: the controller is not enforcing: say so, so nobody panics.
+    """
+    what = {
+        Action.WARN: "warning",
+        Action.CANCEL: "job cancelled",
+        Action.NOTICE: "notice",
+        Action.CAP_TIME: "time limit lowered",
+        Action.HOLD: "jobs held",
+        Action.BLOCK: "new jobs blocked",
+        Action.RELEASE: "jobs released",
+        Action.UNBLOCK: "jobs unblocked",
+        Action.DRAIN: "node drained",
+        Action.REPORT: "report",
+    }.get(verdict.action, verdict.action.value)
+    subject_target = f"job {verdict.job_id}" if verdict.job_id is not None else verdict.target
+    subject = f"[slurm-gpu {cluster}] {verdict.policy}: {what} ({subject_target})"
+    lines = [verdict.reason, ""]
+    if verdict.deadline is not None and verdict.action in (Action.WARN, Action.NOTICE):
+        when = time_module.strftime("%Y-%m-%d %H:%M:%S %Z", time_module.localtime(verdict.deadline))
+        lines.append(f"Next step at: {when}")
+    if verdict.details:
+        lines.append("Figures: " + ", ".join(f"{k}={v}" for k, v in verdict.details))
+    if dry_run:
+        lines.append("(The controller runs in dry-run mode: nothing was changed in Slurm.)")
+    if contact:
+        lines += ["", f"To ask for an exemption: {contact}"]
+    return Message(subject, "\n".join(lines) + "\n", ())
+
+
+class Notifier:
+    """Sends rendered messages by SMTP and to a Slack-compatible webhook.
+
+    Args:
+        settings: the [notify] section.
+        cluster: cluster name for subjects.
+        timeout: seconds for each SMTP or HTTP exchange.
+    """
+
+    def __init__(self, settings: NotifySettings, cluster: str, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.timeout = timeout
+
+    def recipients(self, verdict: Verdict) -> tuple[str, ...]:
+        """The user's address (user@user_email_domain) and the admins'."""
+        to: list[str] = []
+        if verdict.user and self.settings.user_email_domain:
+            to.append(f"{verdict.user}@{self.settings.user_email_domain}")
+        to += self.settings.admin_emails
+        return tuple(dict.fromkeys(to))
+
+    def send(self, verdict: Verdict, dry_run: bool = False) -> list[str]:
+        """Sends one verdict on every configured channel; returns the channels that worked."""
+        message = render(verdict, self.cluster, self.settings.exemption_contact, dry_run)
+        sent: list[str] = []
+        to = self.recipients(verdict)
+        if self.settings.smtp_host and to:
+            try:
+                self._email(message, to)
+                sent.append("email")
+            except (OSError, smtplib.SMTPException) as exc:
+                log.warning("email about %s to %s failed: %s", verdict.target, to, exc)
+        if self.settings.webhook_url:
+            try:
+                self._webhook(message)
+                sent.append("webhook")
+            except OSError as exc:
+                log.warning("webhook about %s failed: %s", verdict.target, exc)
+        return sent
+
+    def _email(self, message: Message, to: tuple[str, ...]) -> None:
+        s = self.settings
+        mail = EmailMessage()
+        mail["From"] = s.smtp_from
+        mail["To"] = ", ".join(to)
+        mail["Subject"] = message.subject
+        mail.set_content(message.body)
+        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=self.timeout) as smtp:
+            if s.smtp_starttls:
+                smtp.starttls()
+            if s.smtp_user and s.smtp_password_file:
+                smtp.login(s.smtp_user, Path(s.smtp_password_file).read_text().strip())
+            smtp.send_message(mail)
+
+    def _webhook(self, message: Message) -> None:
+        # Slack's incoming-webhook format: {"text": "..."}; Mattermost and Teams accept it.
+        body = json.dumps({"text": f"*{message.subject}*\n{message.body}"}).encode()
+        request = urllib.request.Request(
+            self.settings.webhook_url,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            response.read()
+
+
+def notification_key(verdict: Verdict) -> str:
+    """At most one message per job (or target) and alert kind."""
+    details = dict(verdict.details)
+    suffix = f":{details['fraction']}" if "fraction" in details else ""
+    return f"{verdict.target}:{verdict.policy}:{verdict.action.value}{suffix}"

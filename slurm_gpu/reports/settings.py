@@ -1,0 +1,104 @@
+"""Config sections of the reports: [cost], [access] and [reports]."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from slurm_gpu.durations import Duration
+from slurm_gpu.settings import doc
+
+CostUnit = Literal["gpu_hour", "gpu_mem_hour", "job_hour"]
+
+
+def _check_currency(text: str) -> str | None:
+    if re.fullmatch(r"[A-Za-z]{1,8}|.{1,3}", text):
+        return None
+    return f'expected a currency code like "EUR" or a symbol like "$", got {json.dumps(text)}'
+
+
+def _check_prices(prices: dict[str, float]) -> str | None:
+    bad = [k for k, v in prices.items() if v < 0 or not k.strip()]
+    if bad:
+        return f"prices must be >= 0 with non-empty model names; check {', '.join(bad)}"
+    return None
+
+
+def _check_names(names: list[str]) -> str | None:
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]+", n)]
+    return f"not a user name: {', '.join(map(json.dumps, bad))}" if bad else None
+
+
+@dataclass(frozen=True)
+class CostSettings:
+    """[cost]: what GPU use costs, per GPU model."""
+
+    currency: str = field(
+        default="EUR", metadata=doc("Currency shown with every cost.", check=_check_currency)
+    )
+    unit: CostUnit = field(
+        default="gpu_hour",
+        metadata=doc(
+            'What is charged: "gpu_hour" (one GPU for one hour), "gpu_mem_hour" (one GiB '
+            'of GPU memory in use for one hour) or "job_hour" (job runtime).'
+        ),
+    )
+    prices: dict[str, float] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Price per unit by GPU model; a key matches a model whose name contains it "
+            '(case-insensitive, longest key wins): { a100 = 2.5, "H100 80GB" = 4.0 }.',
+            check=_check_prices,
+        ),
+    )
+    default_price: float = field(
+        default=0.0, metadata=doc("Price per unit of a GPU model no key matches.", minimum=0)
+    )
+
+
+@dataclass(frozen=True)
+class AccessSettings:
+    """[access]: who sees whose jobs (Slurm's PrivateData=usage)."""
+
+    admins: list[str] = field(
+        default_factory=list,
+        metadata=doc(
+            "Users who see every job, besides root, the SlurmUser and Slurm Operators and "
+            "Administrators.",
+            check=_check_names,
+        ),
+    )
+    slurm_roles: bool = field(
+        default=True,
+        metadata=doc(
+            "Ask sacctmgr for AdminLevel and account coordinators (coordinators see their "
+            "accounts' jobs)."
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """[reports]: the sacct, report, job and status commands."""
+
+    hot_node_factor: float = field(
+        default=1.5,
+        metadata=doc(
+            "`report nodes` flags a node whose share of GPU-hours exceeds the mean node's "
+            "share by this factor.",
+            above=0,
+        ),
+    )
+    live_sacct: bool = field(
+        default=True,
+        metadata=doc(
+            "Reports ask sacct for the period they show and lay its job facts (submit, "
+            "start, end, state, name) over the store's; false reads the store only."
+        ),
+    )
+    status_window: Duration = field(
+        default=Duration(180.0),
+        metadata=doc("`status` uses GPU intervals that ended this recently.", above=0),
+    )

@@ -1,0 +1,79 @@
+"""Notifications reach a real SMTP server and a real webhook receiver on loopback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slurm_gpu.models import Action, Verdict
+from slurm_gpu.policy.notify import Notifier, notification_key, render
+from tests.receivers import smtp_receiver, webhook_receiver
+
+
+@dataclass
+class Settings:
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 25
+    smtp_from: str = "slurm-gpu@cluster.example"
+    smtp_starttls: bool = False
+    smtp_user: str = ""
+    smtp_password_file: str = ""
+    user_email_domain: str = "cluster.example"
+    admin_emails: list[str] = field(default_factory=lambda: ["hpc-admins@cluster.example"])
+    webhook_url: str = ""
+    exemption_contact: str = "hpc-help@cluster.example"
+
+
+WARN = Verdict(
+    "idle_gpu",
+    Action.WARN,
+    "job:42",
+    "GPUs 0,1 on gpu1 below 5% for 45 min.",
+    job_id=42,
+    user="alice",
+    account="physics",
+    deadline=1_800_000_000.0,
+    details=(("idle_seconds", 2700),),
+)
+
+
+def test_warning_email_reaches_user_and_admins() -> None:
+    """The user and the admins get one email saying what, when and whom to ask."""
+    with smtp_receiver() as (port, inbox):
+        sent = Notifier(Settings(smtp_port=port), "testbed").send(WARN)
+    assert ["email"] == sent
+    (mail,) = inbox
+    assert "alice@cluster.example, hpc-admins@cluster.example" == mail["X-Rcpt-To"]
+    assert "[slurm-gpu testbed] idle_gpu: warning (job 42)" == mail["Subject"]
+    body = mail.get_payload()
+    assert "below 5% for 45 min" in body and "hpc-help@cluster.example" in body
+    assert "Next step at:" in body
+
+
+def test_webhook_gets_slack_style_json() -> None:
+    """The webhook receives {"text": ...} with the subject and the reason."""
+    with webhook_receiver() as (url, bodies):
+        sent = Notifier(Settings(smtp_host="", webhook_url=url), "testbed").send(WARN)
+    assert ["webhook"] == sent
+    (body,) = bodies
+    assert body["text"].startswith("*[slurm-gpu testbed] idle_gpu: warning (job 42)*")
+
+
+def test_a_dead_channel_does_not_raise() -> None:
+    """An unreachable SMTP server is logged; the other channel still works."""
+    with webhook_receiver() as (url, bodies):
+        sent = Notifier(Settings(smtp_port=1, webhook_url=url), "testbed", timeout=2).send(WARN)
+    assert (["webhook"], 1) == (sent, len(bodies))
+
+
+def test_dry_run_messages_say_nothing_changed() -> None:
+    """A dry-run message tells the reader that Slurm was not touched."""
+    assert "dry-run mode" in render(WARN, "c", "", dry_run=True).body
+
+
+def test_one_key_per_job_and_alert_kind() -> None:
+    """Warning and cancel of one job are different keys; two warnings are one."""
+    cancel = Verdict("idle_gpu", Action.CANCEL, "job:42", "x", job_id=42)
+    assert notification_key(WARN) != notification_key(cancel)
+    assert notification_key(WARN) == notification_key(
+        Verdict("idle_gpu", Action.WARN, "job:42", "y")
+    )
