@@ -29,6 +29,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from slurm_gpu.durations import Duration
+from slurm_gpu.policy.settings import (
+    ControllerSettings,
+    NotifySettings,
+    PolicySettings,
+    QuotaRule,
+    check_controller,
+    check_notify,
+    check_quotas,
+)
+from slurm_gpu.reports.settings import AccessSettings, CostSettings, ReportSettings
 from slurm_gpu.settings import (
     SettingDoc,
     doc,
@@ -207,6 +217,30 @@ class Config:
         default_factory=SlurmSettings, metadata=doc("Running Slurm commands.")
     )
     logging: LoggingSettings = field(default_factory=LoggingSettings, metadata=doc("Logging."))
+    controller: ControllerSettings = field(
+        default_factory=ControllerSettings,
+        metadata=doc("The policy controller on the head node.", check=check_controller),
+    )
+    policy: PolicySettings = field(
+        default_factory=PolicySettings, metadata=doc("The policies the controller applies.")
+    )
+    quota: list[QuotaRule] = field(
+        default_factory=list,
+        metadata=doc("GPU budgets per account or user ([[quota]] blocks).", check=check_quotas),
+    )
+    notify: NotifySettings = field(
+        default_factory=NotifySettings,
+        metadata=doc("E-mail and webhook notifications.", check=check_notify),
+    )
+    cost: CostSettings = field(
+        default_factory=CostSettings, metadata=doc("GPU prices for the cost columns.")
+    )
+    access: AccessSettings = field(
+        default_factory=AccessSettings, metadata=doc("Who sees whose jobs in reports.")
+    )
+    reports: ReportSettings = field(
+        default_factory=ReportSettings, metadata=doc("The sacct, report, job, status commands.")
+    )
 
 
 # ---------------------------------------------------------------------------- loading

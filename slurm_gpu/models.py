@@ -272,6 +272,8 @@ class Exemption:
         expires: POSIX seconds when it stops applying; None = never.
         reason: why, for the audit log.
         created_by: who granted it.
+
+    From the store's ExemptionRecord: scope = f"{kind}:{target}", expires = until.
     """
 
     scope: str
@@ -312,8 +314,12 @@ class QuotaApplied:
         job_id: the job, for HOLD and SET_QOS.
         previous: what to restore: the job's QOS before SET_QOS, the association's
             fairshare before SET_FAIRSHARE ("" = unknown: Slurm's default 1).
-        period_end: end of the calendar period it was applied in; None for rolling periods.
+        period_end: end of the calendar period it was applied in (ignored for rolling
+            periods, which never end).
         applied_at: when it was carried out.
+
+    The verdict that asked for it carries what to record: scope (user/account), unit,
+    period, period_end and, for SET_QOS, previous in its details.
     """
 
     scope: str

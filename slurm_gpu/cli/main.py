@@ -14,8 +14,14 @@ import click
 from slurm_gpu import __version__
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
+from slurm_gpu.cli.controller import audit_cmd, controller_group, exempt_cmd, policy_group
 from slurm_gpu.cli.db import db
+from slurm_gpu.cli.job import job_command
 from slurm_gpu.cli.node import node_group
+from slurm_gpu.cli.report import report_command
+from slurm_gpu.cli.sacct import sacct_command
+from slurm_gpu.cli.status import status_command
+from slurm_gpu.cli.sync import sync_command
 from slurm_gpu.errors import SlurmGpuError
 
 
@@ -56,4 +62,13 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 # Command modules register here, one line each.
 cli.add_command(config_group)
 cli.add_command(node_group)
+cli.add_command(controller_group)
+cli.add_command(audit_cmd)
+cli.add_command(exempt_cmd)
+cli.add_command(policy_group)
 cli.add_command(db)
+cli.add_command(sacct_command)
+cli.add_command(report_command)
+cli.add_command(job_command)
+cli.add_command(status_command)
+cli.add_command(sync_command)

@@ -16,29 +16,14 @@ import urllib.request
 from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Protocol
 
 from slurm_gpu.models import Action, Verdict
+from slurm_gpu.policy.settings import NotifySettings
 
 log = logging.getLogger(__name__)
 
 # Alerts a user always gets, whatever the rate limit: they change what happens to a job.
 URGENT = frozenset({Action.CANCEL, Action.CAP_TIME, Action.HOLD, Action.BLOCK})
-
-
-class NotifySettings(Protocol):
-    """The [notify] keys this module reads."""
-
-    smtp_host: str
-    smtp_port: int
-    smtp_from: str
-    smtp_starttls: bool
-    smtp_user: str
-    smtp_password_file: str
-    user_email_domain: str
-    admin_emails: list[str]
-    webhook_url: str
-    exemption_contact: str
 
 
 @dataclass(frozen=True)
@@ -100,6 +85,17 @@ class Notifier:
         self.cluster = cluster
         self.timeout = timeout
 
+    def channels(self) -> list[str]:
+        """The channels configured: "email", "webhook"."""
+        return [
+            name
+            for name, on in (
+                ("email", self.settings.smtp_host),
+                ("webhook", self.settings.webhook_url),
+            )
+            if on
+        ]
+
     def recipients(self, verdict: Verdict) -> tuple[str, ...]:
         """The user's address (user@user_email_domain) and the admins'."""
         to: list[str] = []
@@ -157,5 +153,8 @@ class Notifier:
 def notification_key(verdict: Verdict) -> str:
     """At most one message per job (or target) and alert kind."""
     details = dict(verdict.details)
+    # Quota warnings recur each period: one per crossed fraction per period.
     suffix = f":{details['fraction']}" if "fraction" in details else ""
+    if "period_start" in details:
+        suffix += f":{details['period_start']}"
     return f"{verdict.target}:{verdict.policy}:{verdict.action.value}{suffix}"

@@ -24,6 +24,7 @@ __all__ = [
     "GpuQuotaSettings",
     "HotNodeSettings",
     "IdleGpuSettings",
+    "JobPolicySettings",
     "MaxRuntimeSettings",
     "NotifySettings",
     "PolicySettings",
@@ -159,12 +160,13 @@ def check_controller(settings: ControllerSettings) -> str | None:
 
 
 @dataclass(frozen=True)
-class _JobPolicy:
+class JobPolicySettings:
     """Keys every job policy has: the switch and the exemptions."""
 
     enabled: bool = field(default=True, metadata=doc("Evaluate this policy."))
     exempt_users: list[str] = field(
-        default_factory=list, metadata=doc("Users whose jobs this policy skips.", check=_check_names)
+        default_factory=list,
+        metadata=doc("Users whose jobs this policy skips.", check=_check_names),
     )
     exempt_accounts: list[str] = field(
         default_factory=list,
@@ -184,7 +186,7 @@ class _JobPolicy:
 
 
 @dataclass(frozen=True)
-class IdleGpuSettings(_JobPolicy):
+class IdleGpuSettings(JobPolicySettings):
     """[policy.idle_gpu]: warn, then cancel, jobs whose GPUs all sit idle."""
 
     exempt_partitions: list[str] = field(
@@ -217,7 +219,9 @@ class IdleGpuSettings(_JobPolicy):
     )
     memory_floor_mib: int = field(
         default=64,
-        metadata=doc("Memory in use up to this many MiB counts as none (driver overhead).", minimum=0),
+        metadata=doc(
+            "Memory in use up to this many MiB counts as none (driver overhead).", minimum=0
+        ),
     )
 
 
@@ -231,7 +235,7 @@ def _check_idle_gpu(settings: IdleGpuSettings) -> str | None:
 
 
 @dataclass(frozen=True)
-class MaxRuntimeSettings(_JobPolicy):
+class MaxRuntimeSettings(JobPolicySettings):
     """[policy.max_runtime]: end or cap jobs that run longer than allowed."""
 
     default: Duration = field(
@@ -240,7 +244,9 @@ class MaxRuntimeSettings(_JobPolicy):
     )
     partitions: dict[str, Duration] = field(
         default_factory=dict,
-        metadata=doc("Per-partition limits, e.g. { debug = \"30m\" }.", check=_check_positive_durations),
+        metadata=doc(
+            'Per-partition limits, e.g. { debug = "30m" }.', check=_check_positive_durations
+        ),
     )
     accounts: dict[str, Duration] = field(
         default_factory=dict,
@@ -258,7 +264,7 @@ class MaxRuntimeSettings(_JobPolicy):
 
 
 @dataclass(frozen=True)
-class GpuQuotaSettings(_JobPolicy):
+class GpuQuotaSettings(JobPolicySettings):
     """[policy.gpu_quota]: the switch and exemptions for the [[quota]] rules."""
 
 
@@ -327,20 +333,24 @@ QuotaUnit = Literal["gpu_hours", "gpu_mem_hours", "job_hours"]
 class QuotaRule:
     """[[quota]]: a GPU budget for one account or one user per period."""
 
-    limit: float = field(metadata=doc("Budget per period, in `unit`.", minimum=0))
     account: str = field(default="", metadata=doc("Slurm account (set this or user)."))
     user: str = field(default="", metadata=doc("User (set this or account)."))
     period: str = field(
         default="month",
-        metadata=doc('"week", "month" (local calendar) or "<N>d" (rolling N days).', check=check_period),
+        metadata=doc(
+            '"week", "month" (local calendar) or "<N>d" (rolling N days).', check=check_period
+        ),
     )
     unit: QuotaUnit = field(
         default="gpu_hours",
         metadata=doc("What is counted: gpu_hours, gpu_mem_hours (GiB-hours) or job_hours."),
     )
+    limit: float = field(kw_only=True, metadata=doc("Budget per period, in `unit`.", minimum=0))
     warn_at: tuple[float, ...] = field(
         default=(0.8, 0.95),
-        metadata=doc("Warn when usage crosses these fractions of the limit.", check=_check_fractions),
+        metadata=doc(
+            "Warn when usage crosses these fractions of the limit.", check=_check_fractions
+        ),
     )
     action: str = field(
         default="hold",
@@ -389,7 +399,9 @@ class NotifySettings:
         default="slurm-gpu@localhost",
         metadata=doc("Sender address of the messages.", check=lambda a: _check_emails([a])),
     )
-    smtp_starttls: bool = field(default=False, metadata=doc("Upgrade the SMTP session with STARTTLS."))
+    smtp_starttls: bool = field(
+        default=False, metadata=doc("Upgrade the SMTP session with STARTTLS.")
+    )
     smtp_user: str = field(default="", metadata=doc('SMTP login; "" sends without logging in.'))
     smtp_password_file: str = field(
         default="", metadata=doc("File holding the SMTP password (never the password itself).")
@@ -411,7 +423,7 @@ class NotifySettings:
     )
     exemption_contact: str = field(
         default="",
-        metadata=doc("Sentence appended to messages telling users how to ask for an exemption."),
+        metadata=doc("Who to ask for an exemption (address or URL), shown in every message."),
     )
 
 
@@ -419,4 +431,3 @@ def check_notify(settings: NotifySettings) -> str | None:
     if settings.smtp_password_file and not settings.smtp_user:
         return "smtp_password_file is set but smtp_user is not"
     return None
-

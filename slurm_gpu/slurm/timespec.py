@@ -196,7 +196,9 @@ def format_sacct_time(seconds: float | None, tz: dt.tzinfo | None = None) -> str
     """A time as sacct prints it: local `YYYY-MM-DDTHH:MM:SS`, "Unknown" when unset."""
     if seconds is None or seconds != seconds or seconds <= 0:
         return "Unknown"
-    return dt.datetime.fromtimestamp(int(seconds), tz=tz).astimezone(tz).strftime("%Y-%m-%dT%H:%M:%S")
+    return (
+        dt.datetime.fromtimestamp(int(seconds), tz=tz).astimezone(tz).strftime("%Y-%m-%dT%H:%M:%S")
+    )
 
 
 def format_elapsed(seconds: float | None) -> str:

@@ -19,6 +19,9 @@ from slurm_gpu.store.schema import (
     audit_log,
     controller_lease,
     exemptions,
+    gpu_intervals,
+    job_gpus,
+    jobs,
     notifications,
     quota_actions,
 )
@@ -69,6 +72,21 @@ class QuotaAction:
     target: str
     applied_at: float
     details: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HistoricJob:
+    """A job as the store recorded it (hooks' events, `slurm-gpu sync`), for backtests."""
+
+    job_id: int
+    user: str
+    account: str
+    partition: str
+    name: str
+    start: float
+    end: float | None
+    gpus: int
+    nodes: tuple[str, ...]
 
 
 class ControlStore:
@@ -310,6 +328,99 @@ class ControlStore:
         with self.store._read("reading notification times") as conn:
             value = conn.execute(query).scalar()
         return None if value is None else float(value)
+
+    # ---- usage for quotas -----------------------------------------------------------
+
+    def usage(self, scope: str, unit: str, start: float, end: float) -> float:
+        """Measured use of "account:NAME" or "user:NAME" in [start, end), in `unit`.
+
+        gpu_hours and gpu_mem_hours (GiB-hours) come from the agents' intervals of the
+        scope's jobs; job_hours from the jobs' run times clipped to the window.
+        """
+        kind, _, name = scope.partition(":")
+        if kind not in ("account", "user"):
+            raise ValueError(f"quota scope must be account:NAME or user:NAME, not {scope!r}")
+        j = jobs.c
+        owner = (j.account if kind == "account" else j.user) == name
+        if unit == "job_hours":
+            run_start = (
+                sa.func.max(j.start_time, start)
+                if self.store.dialect == "sqlite"
+                else sa.func.greatest(j.start_time, start)
+            )
+            run_end_raw = sa.func.coalesce(j.end_time, end)
+            run_end = (
+                sa.func.min(run_end_raw, end)
+                if self.store.dialect == "sqlite"
+                else sa.func.least(run_end_raw, end)
+            )
+            query = sa.select(sa.func.coalesce(sa.func.sum(run_end - run_start), 0.0)).where(
+                j.cluster == self.cluster,
+                owner,
+                j.start_time.is_not(None),
+                j.start_time < end,
+                sa.func.coalesce(j.end_time, end) > start,
+            )
+            scale = 1 / 3600
+        else:
+            i = gpu_intervals.c
+            amount = (
+                i.covered_seconds
+                if unit == "gpu_hours"
+                else sa.func.coalesce(i.mem_used_max_bytes, 0) / float(2**30) * i.covered_seconds
+            )
+            query = (
+                sa.select(sa.func.coalesce(sa.func.sum(amount), 0.0))
+                .select_from(
+                    gpu_intervals.join(jobs, (j.job_id == i.job_id) & (j.cluster == self.cluster))
+                )
+                .where(owner, i.period_start >= start, i.period_start < end)
+            )
+            scale = 1 / 3600
+        with self.store._read(f"measuring {unit} of {scope}") as conn:
+            return float(conn.execute(query).scalar() or 0.0) * scale
+
+    # ---- history ----------------------------------------------------------------------
+
+    def jobs_between(self, since: float, until: float) -> list[HistoricJob]:
+        """GPU jobs that ran at some time in [since, until), with their GPUs per job_gpus."""
+        j, g = jobs.c, job_gpus.c
+        query = (
+            sa.select(
+                j.job_id,
+                j.user,
+                j.account,
+                j.partition,
+                j.job_name,
+                j.start_time,
+                j.end_time,
+                sa.func.count(g.slurm_index).label("gpus"),
+                sa.func.min(g.node).label("first_node"),
+                sa.func.max(g.node).label("last_node"),
+            )
+            .select_from(jobs.join(job_gpus, (g.cluster == j.cluster) & (g.job_id == j.job_id)))
+            .where(j.cluster == self.cluster, j.start_time.is_not(None), j.start_time < until)
+            .where(sa.or_(j.end_time.is_(None), j.end_time > since))
+            .group_by(
+                j.job_id, j.user, j.account, j.partition, j.job_name, j.start_time, j.end_time
+            )
+            .order_by(j.start_time, j.job_id)
+        )
+        with self.store._read("reading job history") as conn:
+            return [
+                HistoricJob(
+                    int(r.job_id),
+                    r.user or "",
+                    r.account or "",
+                    r.partition or "",
+                    r.job_name or "",
+                    float(r.start_time),
+                    None if r.end_time is None else float(r.end_time),
+                    int(r.gpus),
+                    tuple(dict.fromkeys((r.first_node, r.last_node))),
+                )
+                for r in conn.execute(query)
+            ]
 
     # ---- quota actions ----------------------------------------------------------------
 

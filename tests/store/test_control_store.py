@@ -94,3 +94,59 @@ def test_quota_actions_are_remembered_until_undone(control: ControlStore) -> Non
     assert [action] == control.quota_actions()
     control.forget_quota_action("account:physics", "hold", "job:9")
     assert [] == control.quota_actions()
+
+
+def test_quota_usage_sums_the_scope_jobs_intervals(control: ControlStore) -> None:
+    """GPU-hours, GPU-memory-hours and job-hours of an account within a window."""
+    from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
+
+    store = control.store
+    store.add_events(
+        [
+            JobEvent(
+                "n1",
+                1,
+                JobEventKind.STARTED,
+                0.0,
+                user="alice",
+                account="physics",
+                gpu_indices=(0, 1),
+            ),
+            JobEvent(
+                "n1", 2, JobEventKind.STARTED, 0.0, user="bob", account="bio", gpu_indices=(2,)
+            ),
+        ]
+    )
+
+    def row(job: int, gpu: str, start: float) -> GpuInterval:
+        return GpuInterval(
+            "n1",
+            gpu,
+            start,
+            start + 60,
+            job,
+            50.0,
+            50.0,
+            50.0,
+            60,
+            30.0,
+            60.0,
+            2**30,
+            None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+    store.add_intervals(
+        [row(1, g, t) for g in ("A", "B") for t in (0.0, 60.0, 120.0)] + [row(2, "C", 0.0)]
+    )
+    expected = (6 * 60 / 3600, 6 * 60 / 3600, 1 * 60 / 3600)
+    actual = (
+        control.usage("account:physics", "gpu_hours", 0.0, 180.0),
+        control.usage("account:physics", "gpu_mem_hours", 0.0, 180.0),
+        control.usage("user:bob", "gpu_hours", 0.0, 180.0),
+    )
+    assert expected == pytest.approx(actual)
+    assert 0.05 == pytest.approx(control.usage("user:alice", "job_hours", 0.0, 180.0))

@@ -1,0 +1,145 @@
+"""The fields of `slurm-gpu sacct -o`: sacct's names and widths, plus the GPU figures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
+from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
+
+GIB = float(2**30)
+DEFAULT_FORMAT = (
+    "JobID,JobName,User,Account,Partition,State,Elapsed,AllocGPUs,GPUHours,GPUUtilAvg,"
+    "IdleGPUHours,Cost"
+)
+GPU_FORMAT = "JobID,User,Node,GPU,GPUModel,GPUHours,GPUUtilAvg,GPUUtilMax,GPUMemMax,IdleGPUHours"
+
+
+def _key(name: str) -> Callable[[Mapping[str, Any]], Cell]:
+    def get(record: Mapping[str, Any]) -> Cell:
+        value = record.get(name)
+        if isinstance(value, float) and math.isnan(value):
+            return None
+        return value
+
+    return get
+
+
+def _hours(name: str) -> Callable[[Mapping[str, Any]], Cell]:
+    def get(record: Mapping[str, Any]) -> Cell:
+        value = record.get(name)
+        return None if value is None or value != value else float(value) / 3600.0
+
+    return get
+
+
+def _scaled(name: str, factor: float) -> Callable[[Mapping[str, Any]], Cell]:
+    def get(record: Mapping[str, Any]) -> Cell:
+        value = record.get(name)
+        return None if value is None or value != value else float(value) / factor
+
+    return get
+
+
+def _time(value: Cell) -> str:
+    return format_sacct_time(float(value)) if value is not None else "Unknown"
+
+
+def _duration(value: Cell) -> str:
+    return format_elapsed(float(value)) if value is not None else ""
+
+
+def _limit(value: Cell) -> str:
+    return "UNLIMITED" if value is None else format_elapsed(float(value))
+
+
+def _time_get(name: str) -> Callable[[Mapping[str, Any]], Cell]:
+    def get(record: Mapping[str, Any]) -> Cell:
+        value = record.get(name)
+        return None if value is None or value != value else float(value)
+
+    return get
+
+
+def job_fields(currency: str = "") -> dict[str, Field]:
+    """Every field, in --helpformat order; `currency` labels Cost."""
+    cost_unit = f" ({currency})" if currency else ""
+    h2, h4 = fixed(2), fixed(4)
+    fields = [
+        Field(
+            "JobID",
+            -12,
+            "Job id as sacct shows it (array 12_3, het 7+1)",
+            _key("job_id_text"),
+            fmt_text,
+        ),
+        Field("JobIDRaw", -12, "Numeric job id", _key("job_id"), fmt_int),
+        Field("JobName", 10, "Job name", _key("name"), fmt_text),
+        Field("User", 9, "User name", _key("user"), fmt_text),
+        Field("Account", 10, "Slurm account", _key("account"), fmt_text),
+        Field("Partition", 10, "Partition", _key("partition"), fmt_text),
+        Field("QOS", 10, "Quality of service (from sacct)", _key("qos"), fmt_text),
+        Field("NodeList", 15, "Nodes of the job (comma-separated)", _key("nodes"), fmt_text),
+        Field("Node", 10, "Node of this GPU (--gpus)", _key("node"), fmt_text),
+        Field("GPU", 40, "GPU UUID (--gpus)", _key("gpu_uuid"), fmt_text),
+        Field("State", 10, "Job state", _key("state"), fmt_text),
+        Field("Submit", 19, "Submit time (local)", _time_get("submit_time"), _time),
+        Field("Start", 19, "Start time (local)", _time_get("start_time"), _time),
+        Field("End", 19, "End time (local; Unknown while running)", _time_get("end_time"), _time),
+        Field(
+            "Elapsed",
+            10,
+            "Run time [D-]HH:MM:SS (so far, while running)",
+            _key("elapsed_seconds"),
+            _duration,
+        ),
+        Field("ElapsedRaw", 10, "Run time in seconds", _key("elapsed_seconds"), fmt_int),
+        Field("Timelimit", 10, "Time limit (from sacct)", _key("time_limit_seconds"), _limit),
+        Field(
+            "QueueWait", 10, "Start - Submit, [D-]HH:MM:SS", _key("queue_wait_seconds"), _duration
+        ),
+        Field("QueueWaitRaw", 12, "Start - Submit in seconds", _key("queue_wait_seconds"), fmt_int),
+        Field("AllocGPUs", 9, "GPUs allocated", _key("alloc_gpus"), fmt_int),
+        Field("GPUModel", 22, "GPU model(s)", _key("gpu_model"), fmt_text),
+        Field("GPUHours", 10, "GPU-hours: GPUs x hours held", _hours("gpu_seconds"), h4),
+        Field(
+            "GPUUtilAvg",
+            10,
+            "Mean GPU utilization %, weighted by GPU-hours",
+            _key("util_mean_percent"),
+            fixed(1),
+        ),
+        Field("GPUUtilMax", 10, "Highest GPU utilization %", _key("util_max_percent"), fixed(1)),
+        Field(
+            "ActiveGPUHours",
+            14,
+            "GPU-hours above [node] active_threshold_percent",
+            _hours("active_seconds"),
+            h4,
+        ),
+        Field("IdleGPUHours", 12, "GPU-hours minus active GPU-hours", _hours("idle_seconds"), h4),
+        Field(
+            "GPUMemMax",
+            9,
+            "Peak GPU memory used on one GPU, GiB",
+            _scaled("mem_max_bytes", GIB),
+            h2,
+        ),
+        Field(
+            "GPUMemHours", 11, "GPU memory in use x hours, GiB-hours", _hours("mem_gib_seconds"), h4
+        ),
+        Field("EnergyKWh", 9, "GPU energy, kWh", _scaled("energy_joules", 3.6e6), fixed(5)),
+        Field("Cost", 10, f"Cost by [cost] prices{cost_unit}", _key("cost"), h2),
+        Field(
+            "DataSource", 10, "summary (finished) or intervals (running)", _key("source"), fmt_text
+        ),
+    ]
+    return {f.name: f for f in fields}
+
+
+def local_tz() -> dt.tzinfo | None:
+    """The local time zone (what sacct prints times in)."""
+    return dt.datetime.now().astimezone().tzinfo

@@ -1,0 +1,416 @@
+"""Jobs and their GPU use as two pandas frames: the one source of every report figure.
+
+Job facts: the store's `jobs` table, with sacct's live rows laid over it (submit, start,
+end, state, name, node list, allocated GPUs, time limit), so a report is right even when
+`slurm-gpu sync` has not run. GPU facts: one row per job and GPU, from the job's
+summaries (finished jobs) or, when it has none yet (running jobs, summary not shipped),
+from the totals of its stored per-minute intervals.
+
+Units: seconds, bytes, GiB-seconds, joules; the columns say so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from slurm_gpu.access import Scope
+from slurm_gpu.reports.settings import CostSettings
+from slurm_gpu.slurm.sacct import SacctJob
+from slurm_gpu.store import Store
+from slurm_gpu.store import usage as store_usage
+
+JOB_COLUMNS = [
+    "job_id",
+    "job_id_text",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "qos",
+    "state",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "elapsed_seconds",
+    "time_limit_seconds",
+    "nodes",
+    "alloc_gpus",
+    "exit_code",
+]
+GPU_COLUMNS = [
+    "job_id",
+    "node",
+    "gpu_uuid",
+    "gpu_model",
+    "gpu_seconds",
+    "active_seconds",
+    "util_mean_percent",
+    "util_max_percent",
+    "mem_max_bytes",
+    "mem_gib_seconds",
+    "energy_joules",
+    "missing_seconds",
+    "source",
+    "data_until",
+]
+RUNNING_STATES = frozenset({"RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """sacct's selection options (empty tuple: no restriction)."""
+
+    users: tuple[str, ...] = ()
+    accounts: tuple[str, ...] = ()
+    partitions: tuple[str, ...] = ()
+    job_ids: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+
+
+@dataclass
+class Usage:
+    """The two frames: `jobs` (one row per job) and `gpus` (one row per job and GPU)."""
+
+    jobs: pd.DataFrame
+    gpus: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+
+def load_usage(
+    store: Store,
+    *,
+    since: float | None,
+    until: float | None,
+    now: float,
+    sacct_jobs: Sequence[SacctJob] | None,
+    scope: Scope,
+    filters: JobFilter = JobFilter(),
+    cost: CostSettings | None = None,
+) -> Usage:
+    """Jobs overlapping [since, until] (or `filters.job_ids`) that `scope` may see.
+
+    Args:
+        store: the accounting store.
+        since, until: the period (POSIX seconds; None: open).
+        now: the current time (elapsed time of running jobs).
+        sacct_jobs: sacct's rows for the same selection, or None to use the store only.
+        scope: what the caller may see (applied before anything is computed).
+        filters: sacct's -u/-A/-r/-j/-N/-s.
+        cost: prices; None leaves cost columns at 0.
+    """
+    rows: dict[int, dict[str, Any]] = {}
+    numeric = [int(j) for j in filters.job_ids if j.isdigit()]
+    if filters.job_ids:
+        since = until = None  # like sacct -j: the jobs, whenever they ran
+    stored = (
+        store_usage.jobs_in_window(store, since, until, numeric)
+        if numeric or not filters.job_ids
+        else []
+    )
+    for row in stored:
+        rows[int(row["job_id"])] = _from_store(row)
+    for job in sacct_jobs or ():
+        rows[job.job_id] = _overlay(rows.get(job.job_id), job)
+    jobs = pd.DataFrame([_finish(r, now) for r in rows.values()], columns=JOB_COLUMNS)
+    jobs = _select(jobs, filters, scope)
+    gpus = _gpu_rows(store, [int(j) for j in jobs["job_id"]])
+    if not gpus.empty:
+        counted = gpus.groupby("job_id")["gpu_uuid"].count()
+        jobs["alloc_gpus"] = [
+            a if a and a > 0 else int(counted.get(j, 0))
+            for j, a in zip(jobs["job_id"], jobs["alloc_gpus"], strict=True)
+        ]
+    gpus = add_cost(gpus, jobs, cost)
+    return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
+
+
+def _from_store(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "job_id": int(row["job_id"]),
+        "job_id_text": _array_text(row),
+        "name": row.get("job_name") or "",
+        "user": row.get("user") or "",
+        "account": row.get("account") or "",
+        "partition": row.get("partition") or "",
+        "qos": "",
+        "state": row.get("state") or "",
+        "submit_time": row.get("submit_time"),
+        "start_time": row.get("start_time"),
+        "end_time": row.get("end_time"),
+        "time_limit_seconds": None,
+        "nodes": row.get("nodes") or "",
+        "alloc_gpus": int(row.get("gpus") or 0),
+        "exit_code": row.get("exit_code"),
+    }
+
+
+def _array_text(row: dict[str, Any]) -> str:
+    if row.get("array_job_id") is not None and row.get("array_task_id") is not None:
+        return f"{row['array_job_id']}_{row['array_task_id']}"
+    if row.get("het_job_id") is not None and row.get("het_job_offset") is not None:
+        return f"{row['het_job_id']}+{row['het_job_offset']}"
+    return str(row["job_id"])
+
+
+def _overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
+    """sacct's facts win over the store's; the store keeps what sacct lacks."""
+    row = dict(base or {})
+    facts = {
+        "job_id": job.job_id,
+        "job_id_text": job.job_id_text,
+        "name": job.name,
+        "user": job.user,
+        "account": job.account,
+        "partition": job.partition,
+        "qos": job.qos,
+        "state": job.state,
+        "submit_time": job.submit_time,
+        "start_time": job.start_time,
+        "end_time": job.end_time,
+        "time_limit_seconds": job.time_limit_seconds,
+        "nodes": ",".join(job.nodes),
+        "alloc_gpus": job.alloc_gpus,
+        "exit_code": job.exit_code,
+    }
+    for key, value in facts.items():
+        if (value is not None and value != "") or key not in row:
+            row[key] = value
+    # sacct's Start/End are whole seconds; prefer them (Elapsed and QueueWait then
+    # match sacct's exactly).
+    return row
+
+
+def _finish(row: dict[str, Any], now: float) -> dict[str, Any]:
+    start, end = row.get("start_time"), row.get("end_time")
+    elapsed = 0.0 if start is None else max((end if end is not None else now) - start, 0.0)
+    out = {name: row.get(name) for name in JOB_COLUMNS}
+    out["elapsed_seconds"] = elapsed
+    return out
+
+
+def _select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
+    def keep(mask: list[bool]) -> pd.DataFrame:
+        # A boolean Series on the frame's index: a plain empty list would select columns.
+        return jobs[pd.Series(mask, index=jobs.index, dtype=bool)]
+
+    jobs = keep([scope.sees(u, a) for u, a in zip(jobs["user"], jobs["account"], strict=True)])
+    if f.users:
+        jobs = keep(list(jobs["user"].isin(f.users)))
+    if f.accounts:
+        jobs = keep(list(jobs["account"].isin(f.accounts)))
+    if f.partitions:
+        jobs = keep(list(jobs["partition"].isin(f.partitions)))
+    if f.job_ids:
+        jobs = keep(
+            [
+                _id_matches(i, t, f.job_ids)
+                for i, t in zip(jobs["job_id"], jobs["job_id_text"], strict=True)
+            ]
+        )
+    if f.states:
+        wanted = {s.upper() for s in f.states}
+        jobs = keep([str(s).upper() in wanted for s in jobs["state"]])
+    if f.nodes:
+        wanted_nodes = set(f.nodes)
+        jobs = keep([bool(wanted_nodes & set(str(n).split(","))) for n in jobs["nodes"]])
+    return jobs.sort_values("job_id")
+
+
+def _id_matches(job_id: Any, text: Any, wanted: tuple[str, ...]) -> bool:
+    """-j 150 selects job 150 and every task of array 150 (150_1...), like sacct."""
+    text = str(text)
+    return any(
+        w == str(job_id) or w == text or text.startswith(w + "_") or text.startswith(w + "+")
+        for w in wanted
+    )
+
+
+def _gpu_rows(store: Store, job_ids: list[int]) -> pd.DataFrame:
+    if not job_ids:
+        return pd.DataFrame(columns=GPU_COLUMNS)
+    records: list[dict[str, Any]] = []
+    summarized: set[int] = set()
+    for s in store_usage.summaries_for(store, job_ids):
+        summarized.add(s.job_id)
+        records.append(
+            {
+                "job_id": s.job_id,
+                "node": s.node,
+                "gpu_uuid": s.gpu_uuid,
+                "gpu_model": s.gpu_model,
+                "gpu_seconds": s.gpu_seconds,
+                "active_seconds": s.active_seconds,
+                "util_mean_percent": s.util_mean_percent,
+                "util_max_percent": s.util_max_percent,
+                "mem_max_bytes": s.mem_max_bytes,
+                "mem_gib_seconds": s.mem_gib_seconds,
+                "energy_joules": s.energy_joules,
+                "missing_seconds": s.missing_seconds,
+                "source": "summary",
+                "data_until": s.end,
+            }
+        )
+    rest = [j for j in job_ids if j not in summarized]
+    if rest:
+        models = store_usage.gpu_models(store)
+        for t in store_usage.interval_totals_for(store, rest):
+            records.append(
+                {
+                    "job_id": t.job_id,
+                    "node": t.node,
+                    "gpu_uuid": t.gpu_uuid,
+                    "gpu_model": models.get(t.gpu_uuid, ""),
+                    "gpu_seconds": t.covered_seconds,
+                    "active_seconds": t.active_seconds,
+                    "util_mean_percent": t.util_mean_percent,
+                    "util_max_percent": t.util_max_percent,
+                    "mem_max_bytes": t.mem_max_bytes,
+                    "mem_gib_seconds": t.mem_gib_seconds,
+                    "energy_joules": t.energy_joules,
+                    "missing_seconds": 0.0,
+                    "source": "intervals",
+                    "data_until": t.last_period_end,
+                }
+            )
+    return pd.DataFrame(records, columns=GPU_COLUMNS)
+
+
+def price_for(model: str, cost: CostSettings) -> float:
+    """Price per unit of a GPU model: the longest [cost] prices key the model contains."""
+    lowered = model.lower()
+    matches = [k for k in cost.prices if k.lower() in lowered]
+    if not matches:
+        return cost.default_price
+    return cost.prices[max(matches, key=len)]
+
+
+def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
+    """`gpus` with a `cost` column: price(model) x units of [cost] unit.
+
+    gpu_hour: GPU-seconds / 3600. gpu_mem_hour: GiB-seconds / 3600. job_hour: the job's
+    elapsed hours, shared equally by its GPU rows (so a job is charged its runtime once,
+    at its GPUs' prices).
+    """
+    gpus = gpus.copy()
+    if gpus.empty or cost is None:
+        gpus["cost"] = pd.Series(dtype=float) if gpus.empty else 0.0
+        return gpus
+    prices = gpus["gpu_model"].map(lambda m: price_for(str(m), cost))
+    if cost.unit == "gpu_hour":
+        units = gpus["gpu_seconds"] / 3600.0
+    elif cost.unit == "gpu_mem_hour":
+        units = gpus["mem_gib_seconds"] / 3600.0
+    else:
+        elapsed = jobs.set_index("job_id")["elapsed_seconds"]
+        per_job = gpus.groupby("job_id")["gpu_uuid"].transform("count")
+        units = gpus["job_id"].map(elapsed).astype(float) / 3600.0 / per_job
+    gpus["cost"] = (prices * units).astype(float)
+    return gpus
+
+
+def job_records(usage: Usage) -> list[dict[str, Any]]:
+    """One record per job: its facts and the sums of its GPU rows (the sacct rows)."""
+    totals = _gpu_totals(usage.gpus, ["job_id"])
+    out = []
+    for job in usage.jobs.to_dict("records"):
+        record = dict(job)
+        record.update(totals.get((job["job_id"],), _empty_totals()))
+        out.append(_with_queue_wait({str(k): v for k, v in record.items()}))
+    return out
+
+
+def gpu_records(usage: Usage) -> list[dict[str, Any]]:
+    """One record per job and GPU (sacct --gpus)."""
+    jobs = {j["job_id"]: j for j in usage.jobs.to_dict("records")}
+    out = []
+    for gpu in usage.gpus.sort_values(["job_id", "node", "gpu_uuid"]).to_dict("records"):
+        record = dict(jobs[gpu["job_id"]])
+        record.update(_totals(pd.DataFrame([gpu])))
+        record["node"] = gpu["node"]
+        record["gpu_uuid"] = gpu["gpu_uuid"]
+        record["alloc_gpus"] = 1
+        record["nodes"] = gpu["node"]
+        out.append(_with_queue_wait({str(k): v for k, v in record.items()}))
+    return out
+
+
+def _with_queue_wait(record: dict[str, Any]) -> dict[str, Any]:
+    start: Any = record.get("start_time")
+    submit: Any = record.get("submit_time")
+    record["queue_wait_seconds"] = (
+        max(float(start) - float(submit), 0.0) if _known(start) and _known(submit) else None
+    )
+    return record
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _empty_totals() -> dict[str, Any]:
+    return _totals(pd.DataFrame(columns=[*GPU_COLUMNS, "cost"]))
+
+
+def _gpu_totals(gpus: pd.DataFrame, keys: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    if gpus.empty:
+        return {}
+    return {
+        (key if isinstance(key, tuple) else (key,)): _totals(group)
+        for key, group in gpus.groupby(keys)
+    }
+
+
+def _totals(rows: pd.DataFrame) -> dict[str, Any]:
+    """Sums over GPU rows; utilization weighted by GPU-seconds (rows with readings)."""
+    if rows.empty:
+        return {
+            "gpu_model": "",
+            "gpu_seconds": 0.0,
+            "active_seconds": 0.0,
+            "idle_seconds": 0.0,
+            "util_mean_percent": None,
+            "util_max_percent": None,
+            "mem_max_bytes": None,
+            "mem_gib_seconds": 0.0,
+            "energy_joules": None,
+            "cost": 0.0,
+            "data_until": None,
+            "source": "",
+        }
+    gpu_seconds = float(rows["gpu_seconds"].sum())
+    active = float(rows["active_seconds"].sum())
+    known = rows[rows["util_mean_percent"].notna()]
+    weight = float(known["gpu_seconds"].sum())
+    util = (
+        float((known["util_mean_percent"] * known["gpu_seconds"]).sum() / weight)
+        if weight > 0
+        else (float(known["util_mean_percent"].mean()) if len(known) else None)
+    )
+    energy = rows["energy_joules"].dropna()
+    mem = rows["mem_max_bytes"].dropna()
+    umax = rows["util_max_percent"].dropna()
+    return {
+        "gpu_model": ",".join(sorted({str(m) for m in rows["gpu_model"] if m})),
+        "gpu_seconds": gpu_seconds,
+        "active_seconds": active,
+        "idle_seconds": max(gpu_seconds - active, 0.0),
+        "util_mean_percent": util,
+        "util_max_percent": float(umax.max()) if len(umax) else None,
+        "mem_max_bytes": int(mem.max()) if len(mem) else None,
+        "mem_gib_seconds": float(rows["mem_gib_seconds"].sum()),
+        "energy_joules": float(energy.sum()) if len(energy) else None,
+        "cost": float(rows["cost"].sum()) if "cost" in rows else 0.0,
+        "data_until": rows["data_until"].max(),
+        "source": ",".join(sorted({str(s) for s in rows["source"]})),
+    }
+
+
+def is_running(state: str | None) -> bool:
+    """True for a state in which the job still holds its GPUs."""
+    return (state or "").upper() in RUNNING_STATES

@@ -1,0 +1,201 @@
+"""`slurm-gpu job JOBID`: one job as its user reads it, with plain-language notes.
+
+Finished jobs read their summaries; running jobs the totals of their stored intervals
+(figures up to the newest shipped minute, said in the header).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from slurm_gpu.reports.jobs import is_running
+from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
+
+GIB = float(2**30)
+BAR = 20
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a note is written.
+
+    Attributes:
+        idle_percent: a GPU below this mean utilization is idle ([node]
+            active_threshold_percent).
+        limit_factor: a time limit this many times the run time (and an hour more) is
+            "far too long".
+        memory_only_gib: memory above this with idle compute is "memory-only use".
+    """
+
+    idle_percent: float = 5.0
+    limit_factor: float = 3.0
+    memory_only_gib: float = 1.0
+
+
+def bar(fraction: float | None, width: int = BAR) -> str:
+    """`[########------------]` for 0..1; `[?...]` when unknown."""
+    if fraction is None or math.isnan(fraction):
+        return "[" + "?" * width + "]"
+    filled = round(min(max(fraction, 0.0), 1.0) * width)
+    return "[" + "#" * filled + "-" * (width - filled) + "]"
+
+
+def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresholds) -> list[str]:
+    """Plain-language advice about how the job used its GPUs."""
+    out: list[str] = []
+    if not gpus:
+        if int(job.get("alloc_gpus") or 0) > 0:
+            out.append("No GPU readings were recorded for this job (agent down or too short).")
+        return out
+    utils = [g.get("util_mean_percent") for g in gpus]
+    idle = [
+        g for g, u in zip(gpus, utils, strict=True) if u is not None and u < limits.idle_percent
+    ]
+    memory_only = [g for g in idle if (g.get("mem_max_bytes") or 0) / GIB >= limits.memory_only_gib]
+    compute_idle = [g for g in idle if g not in memory_only]
+    if compute_idle and len(compute_idle) == len(gpus):
+        out.append(
+            f"All {len(gpus)} GPU(s) stayed idle (mean utilization below "
+            f"{limits.idle_percent:g}%): this job did not use its GPUs; run it without --gres=gpu."
+        )
+    elif compute_idle:
+        names = ", ".join(f"{g['node']}/{short(g['gpu_uuid'])}" for g in compute_idle)
+        out.append(
+            f"{len(compute_idle)} of {len(gpus)} GPUs stayed idle ({names}): "
+            f"ask for {len(gpus) - len(compute_idle)} GPU(s) next time."
+        )
+    if memory_only:
+        names = ", ".join(f"{g['node']}/{short(g['gpu_uuid'])}" for g in memory_only)
+        out.append(
+            f"Memory-only use on {names}: GPU memory was held but hardly any compute ran "
+            "(a model loaded and waiting, or work running on the CPU)."
+        )
+    known = [u for u in utils if u is not None]
+    if len(gpus) > 1 and known and not compute_idle:
+        busy = sum(known) / 100.0
+        needed = max(math.ceil(busy), 1)
+        if needed < len(gpus):
+            out.append(
+                f"Your {len(gpus)} GPUs were busy {sum(known) / len(known):.0f}% on average: "
+                f"{needed} GPU(s) would have done the same work."
+            )
+    limit, elapsed = job.get("time_limit_seconds"), job.get("elapsed_seconds")
+    if (
+        _number(limit)
+        and _number(elapsed)
+        and not is_running(job.get("state"))
+        and _f(limit) > limits.limit_factor * _f(elapsed)
+        and _f(limit) - _f(elapsed) >= 3600
+    ):
+        out.append(
+            f"Time limit far too long: the job ran {format_elapsed(_f(elapsed))} of "
+            f"{format_elapsed(_f(limit))}. A --time near the real run time (with a margin) "
+            "starts sooner: the scheduler backfills short jobs."
+        )
+    if any((g.get("missing_seconds") or 0) > 0 for g in gpus):
+        out.append("Part of the job has no readings (agent down or GPU lost): figures are partial.")
+    return out
+
+
+def _f(value: Any) -> float:
+    return float(value) if value is not None else math.nan
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not math.isnan(float(value)) and float(value) > 0
+
+
+def short(uuid: str) -> str:
+    """A GPU UUID cut to something readable (GPU-1fc863e6)."""
+    return uuid[:12] if uuid else "?"
+
+
+def render_job(
+    job: Mapping[str, Any],
+    gpus: list[Mapping[str, Any]],
+    *,
+    memory_total: Mapping[str, int | None],
+    limits: Thresholds,
+    currency: str,
+) -> str:
+    """The text of `slurm-gpu job`."""
+    lines: list[str] = []
+    running = is_running(job.get("state"))
+    lines.append(f"Job {job['job_id_text']} ({job['job_id']}) {job.get('name') or ''}".rstrip())
+    lines.append(
+        f"  User {job.get('user')}  Account {job.get('account')}  "
+        f"Partition {job.get('partition')}  State {job.get('state')}"
+    )
+    lines.append(
+        f"  Submit {format_sacct_time(job.get('submit_time'))}  "
+        f"Start {format_sacct_time(job.get('start_time'))}  "
+        f"End {format_sacct_time(job.get('end_time'))}"
+    )
+    wait = job.get("queue_wait_seconds")
+    limit = job.get("time_limit_seconds")
+    lines.append(
+        f"  Elapsed {format_elapsed(job.get('elapsed_seconds'))}  "
+        f"Timelimit {format_elapsed(limit) if _number(limit) else 'UNLIMITED'}  "
+        f"QueueWait {format_elapsed(wait) if wait is not None else '-'}  "
+        f"Nodes {job.get('nodes') or '-'}  GPUs {job.get('alloc_gpus') or 0}"
+    )
+    if running and gpus:
+        until = max(float(g.get("data_until") or 0) for g in gpus)
+        lines.append(
+            f"  Running: GPU figures up to {format_sacct_time(until)} (last shipped minute)"
+        )
+    lines.append("")
+    gpu_hours = sum(float(g.get("gpu_seconds") or 0) for g in gpus) / 3600.0
+    active_hours = sum(float(g.get("active_seconds") or 0) for g in gpus) / 3600.0
+    energy = [float(g["energy_joules"]) for g in gpus if _present(g.get("energy_joules"))]
+    cost = sum(float(g.get("cost") or 0) for g in gpus)
+    util = job.get("util_mean_percent")
+    lines.append(
+        f"  GPU-hours {gpu_hours:.4f}  active {active_hours:.4f}  "
+        f"idle {max(gpu_hours - active_hours, 0):.4f}  "
+        f"mean utilization {_pct(util)}  "
+        f"energy {sum(energy) / 3.6e6:.5f} kWh  cost {cost:.2f} {currency}"
+        if energy
+        else f"  GPU-hours {gpu_hours:.4f}  active {active_hours:.4f}  "
+        f"idle {max(gpu_hours - active_hours, 0):.4f}  mean utilization {_pct(util)}  "
+        f"cost {cost:.2f} {currency}"
+    )
+    lines.append("")
+    if gpus:
+        lines.append(
+            f"  {'Node':<8} {'GPU':<12} {'Model':<24} {'Util avg/max':>13} {'':22} {'Mem max':>18}"
+        )
+    for g in sorted(gpus, key=lambda g: (g["node"], g["gpu_uuid"])):
+        total = memory_total.get(str(g["gpu_uuid"]))
+        mem = g.get("mem_max_bytes")
+        mem_text = (
+            f"{_f(mem) / GIB:.1f}/{_f(total) / GIB:.0f} GiB"
+            if _present(mem) and total
+            else (f"{_f(mem) / GIB:.1f} GiB" if _present(mem) else "-")
+        )
+        util_g = g.get("util_mean_percent")
+        umax = g.get("util_max_percent")
+        lines.append(
+            f"  {g['node']:<8} {short(str(g['gpu_uuid'])):<12} {g.get('gpu_model') or ''!s:<24.24} "
+            f"{_pct(util_g):>6}/{_pct(umax):>6} "
+            f"{bar(None if not _present(util_g) else _f(util_g) / 100)} "
+            f"{mem_text:>18} "
+            f"{bar(_f(mem) / _f(total) if _present(mem) and total else None)}"
+        )
+    advice = notes(job, gpus, limits)
+    if advice:
+        lines.append("")
+        lines.append("Notes:")
+        lines.extend(f"  - {n}" for n in advice)
+    return "\n".join(lines) + "\n"
+
+
+def _present(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _pct(value: Any) -> str:
+    return f"{float(value):.1f}%" if _present(value) else "-"

@@ -1,0 +1,215 @@
+"""`slurm-gpu status`: the cluster's GPUs now.
+
+Slurm's view (`scontrol -o show node`: configured and allocated `gres/gpu` per node, node
+state) beside the agents' (the newest stored interval of every GPU within the window:
+utilization, memory, which job, processes outside any allocation). Pure functions of
+those inputs; the CLI gathers them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from slurm_gpu.access import Scope
+
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+GIB = float(2**30)
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node as `scontrol -o show node` reports it."""
+
+    name: str
+    state: str
+    gpus: int
+    alloc_gpus: int
+
+
+def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
+    """`scontrol -o show node` (one node per line, Key=Value tokens) -> SlurmNodes."""
+    nodes: list[SlurmNode] = []
+    for line in text.splitlines():
+        values: dict[str, str] = {}
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep:
+                values[key] = value
+        if "NodeName" not in values:
+            continue
+        cfg = _GPU_TRES.search(values.get("CfgTRES", ""))
+        alloc = _GPU_TRES.search(values.get("AllocTRES", ""))
+        nodes.append(
+            SlurmNode(
+                name=values["NodeName"],
+                state=values.get("State", ""),
+                gpus=int(cfg.group(1)) if cfg else 0,
+                alloc_gpus=int(alloc.group(1)) if alloc else 0,
+            )
+        )
+    return nodes
+
+
+def parse_squeue_owners(text: str) -> dict[int, tuple[str, str]]:
+    """`squeue -h -t R,CG -o %A|%u|%a` -> {job_id: (user, account)}."""
+    owners: dict[int, tuple[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) == 3 and parts[0].isdigit():
+            owners[int(parts[0])] = (parts[1], parts[2])
+    return owners
+
+
+@dataclass
+class NodeStatus:
+    """One node's GPUs now."""
+
+    node: str
+    state: str = ""
+    gpus: int = 0
+    alloc: int = 0
+    idle_alloc: int = 0
+    free: int = 0
+    util_mean_percent: float | None = None
+    mem_used_gib: float | None = None
+    unallocated_gpus: int = 0
+    reporting: int = 0
+
+
+@dataclass
+class ClusterStatus:
+    """The cluster now; `visible_*` figures cover the jobs the caller may see."""
+
+    nodes: list[NodeStatus]
+    gpus: int
+    alloc: int
+    idle_alloc: int
+    free: int
+    util_mean_percent: float | None
+    unallocated: list[dict[str, Any]] = field(default_factory=list)
+    scope_all: bool = True
+    latest: float | None = None
+
+
+def latest_per_gpu(
+    intervals: Sequence[Mapping[str, Any]],
+) -> dict[tuple[str, str], Mapping[str, Any]]:
+    """The newest interval of each (node, GPU); within one period, the attributed piece."""
+    newest: dict[tuple[str, str], Mapping[str, Any]] = {}
+    for row in sorted(
+        intervals,
+        key=lambda r: (float(r["period_end"]), r.get("job_id") is not None),
+    ):
+        newest[(str(row["node"]), str(row["gpu_uuid"]))] = row
+    return newest
+
+
+def build_status(
+    slurm_nodes: Sequence[SlurmNode],
+    intervals: Sequence[Mapping[str, Any]],
+    inventory: Mapping[str, Sequence[str]],
+    job_owners: Mapping[int, tuple[str, str]],
+    scope: Scope,
+    *,
+    idle_percent: float,
+) -> ClusterStatus:
+    """Combine Slurm's node view with the newest interval per GPU.
+
+    Args:
+        slurm_nodes: from `parse_scontrol_nodes` (empty: Slurm unreachable).
+        intervals: recent `gpu_intervals` rows (the status window).
+        inventory: {node: GPU UUIDs} the store knows.
+        job_owners: {job_id: (user, account)} of the running jobs (`parse_squeue_owners`).
+        scope: what the caller may see: others' jobs count in Slurm's totals only.
+        idle_percent: a held GPU below this utilization is idle.
+    """
+    latest = latest_per_gpu(intervals)
+    names = sorted({n.name for n in slurm_nodes} | set(inventory) | {k[0] for k in latest})
+    by_name = {n.name: n for n in slurm_nodes}
+    nodes: list[NodeStatus] = []
+    unallocated: list[dict[str, Any]] = []
+    weighted = 0.0
+    counted = 0
+    for name in names:
+        slurm = by_name.get(name)
+        rows = [r for (n, _), r in latest.items() if n == name]
+        status = NodeStatus(node=name)
+        status.gpus = slurm.gpus if slurm else len(inventory.get(name, ()))
+        status.state = slurm.state if slurm else "?"
+        # A GPU counts as held by a job only while Slurm says the job runs (its newest
+        # interval may predate the job's end by up to a shipping period).
+        held = [r for r in rows if r.get("job_id") is not None and int(r["job_id"]) in job_owners]
+        status.alloc = slurm.alloc_gpus if slurm else len(held)
+        status.free = max(status.gpus - status.alloc, 0)
+        status.reporting = len(rows)
+        visible = [r for r in held if scope.sees(*job_owners.get(int(r["job_id"]), ("", "")))]
+        utils = [
+            float(r["util_mean_percent"]) for r in visible if r.get("util_mean_percent") is not None
+        ]
+        status.idle_alloc = sum(1 for u in utils if u < idle_percent)
+        status.util_mean_percent = sum(utils) / len(utils) if utils else None
+        mems = [
+            int(r["mem_used_max_bytes"]) for r in visible if r.get("mem_used_max_bytes") is not None
+        ]
+        status.mem_used_gib = sum(mems) / GIB if mems else None
+        weighted += sum(utils)
+        counted += len(utils)
+        for r in rows:
+            pids = str(r.get("unallocated_pids") or "")
+            if pids:
+                status.unallocated_gpus += 1
+                if scope.all:
+                    unallocated.append(
+                        {
+                            "node": name,
+                            "gpu_uuid": r["gpu_uuid"],
+                            "pids": pids,
+                            "job_id": r.get("job_id"),
+                            "util_mean_percent": r.get("util_mean_percent"),
+                            "period_end": r["period_end"],
+                        }
+                    )
+        if not scope.all:
+            status.unallocated_gpus = 0
+        nodes.append(status)
+    return ClusterStatus(
+        nodes=nodes,
+        gpus=sum(n.gpus for n in nodes),
+        alloc=sum(n.alloc for n in nodes),
+        idle_alloc=sum(n.idle_alloc for n in nodes),
+        free=sum(n.free for n in nodes),
+        util_mean_percent=weighted / counted if counted else None,
+        unallocated=unallocated,
+        scope_all=scope.all,
+        latest=max((float(r["period_end"]) for r in latest.values()), default=None),
+    )
+
+
+def render_status(status: ClusterStatus, scope_text: str, window_text: str) -> str:
+    """The text of `slurm-gpu status`."""
+    util = f"{status.util_mean_percent:.1f}%" if status.util_mean_percent is not None else "-"
+    whose = "" if status.scope_all else " (your jobs only)"
+    lines = [
+        f"GPUs: {status.gpus} total, {status.alloc} allocated, {status.free} free; "
+        f"{status.idle_alloc} idle while allocated{whose}",
+        f"Mean utilization of allocated GPUs{whose}: {util}   "
+        f"(newest readings within {window_text}; {scope_text})",
+        "",
+        f"{'Node':<10} {'State':<12} {'GPUs':>4} {'Alloc':>5} {'IdleAlloc':>9} {'Free':>4} "
+        f"{'UtilAvg':>7} {'MemUsedGiB':>10} {'Unalloc':>7} {'Reporting':>9}",
+    ]
+    for n in status.nodes:
+        lines.append(
+            f"{n.node:<10} {n.state:<12.12} {n.gpus:>4} {n.alloc:>5} {n.idle_alloc:>9} {n.free:>4} "
+            f"{(f'{n.util_mean_percent:.1f}' if n.util_mean_percent is not None else '-'):>7} "
+            f"{(f'{n.mem_used_gib:.1f}' if n.mem_used_gib is not None else '-'):>10} "
+            f"{n.unallocated_gpus:>7} {n.reporting:>9}"
+        )
+    if status.unallocated:
+        lines += ["", "GPU use outside any allocation (processes no Slurm job owns):"]
+        for u in status.unallocated:
+            lines.append(f"  {u['node']} {u['gpu_uuid']} pids {u['pids']}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,224 @@
+"""Pure parsers for `scontrol -d show job`, `scontrol ping` and the node listing (`sinfo`).
+
+`scontrol -d show job` is where Slurm says which GPU indices a running job holds on
+each node (https://slurm.schedmd.com/scontrol.html, "-d, --details"):
+
+    JobId=275 JobName=multi
+       ...
+       JOB_GRES=gpu:a100:1,gpu:h100:1
+         Nodes=gpu1 CPU_IDs=0 Mem=0 GRES=gpu:a100:1(IDX:0)
+         Nodes=gpu2 CPU_IDs=0 Mem=0 GRES=gpu:h100:1(IDX:0)
+
+Nodes with identical allocations share one line (`Nodes=gpu[1-2] ... GRES=gpu:1(IDX:0)`),
+and an IDX list may hold commas (`IDX:0,2-3`). JobName is printed raw at the end of the
+first line and may span lines; when the caller knows the names (from squeue) they are
+skipped exactly, so a job named "x\\n Nodes=gpu1 GRES=gpu:4(IDX:0-3)" cannot forge an
+allocation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from slurm_gpu.errors import SlurmError
+from slurm_gpu.slurm.hostlist import expand as expand_hostlist
+
+NodeGpus = tuple[tuple[str, tuple[int, ...]], ...]
+"""((node, (Slurm GPU index, ...)), ...) in the order scontrol printed the nodes."""
+
+_RECORD_START = re.compile(r"^JobId=(\d+)\b", re.MULTILINE)
+_DETAIL_LINE = re.compile(r"^\s+Nodes=(\S+)\s(?:.*\s)?GRES=(\S*)\s*$")
+_GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:(),]+))?(?::(\d+))?\(IDX:([^)]*)\)")
+
+
+def parse_index_list(text: str) -> tuple[int, ...]:
+    """ "0-1,3" -> (0, 1, 3); "N/A" or "" -> (). Raises ValueError when malformed."""
+    text = text.strip()
+    if text in ("", "N/A"):
+        return ()
+    indices: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+            raise ValueError(f"bad GPU index range {part!r}")
+        indices.extend(range(int(lo), int(hi if sep else lo) + 1))
+    return tuple(indices)
+
+
+def gpus_in_gres(text: str) -> tuple[int, ...]:
+    """GPU indices in one node's GRES value (`gpu:a100:2(IDX:0-1),mps:0(...)` -> (0, 1)).
+
+    Raises ValueError when an entry's count disagrees with its index list.
+    """
+    indices: list[int] = []
+    for match in _GPU_GRES.finditer(text):
+        found = parse_index_list(match.group(3))
+        if match.group(2) is not None and int(match.group(2)) != len(found):
+            raise ValueError(f"GRES {match.group(0).lstrip(',')!r}: count != indices")
+        indices.extend(found)
+    return tuple(sorted(set(indices)))
+
+
+def parse_job_gpu_details(
+    text: str, names: Mapping[int, str] | None = None
+) -> tuple[dict[int, NodeGpus], list[str]]:
+    """GPU indices per node of every job in `scontrol -d show job` output.
+
+    Args:
+        text: scontrol's stdout (any number of jobs).
+        names: {job_id: job name} as squeue reported them; a known name is skipped
+            exactly, so a name with newlines cannot fake detail lines.
+
+    Returns:
+        ({job_id: ((node, indices), ...)}, problems). Jobs without GPU detail lines
+        (pending, no GPUs) map to (). A job whose detail lines do not parse is left out
+        and described in problems.
+    """
+    names = names or {}
+    details: dict[int, NodeGpus] = {}
+    problems: list[str] = []
+    starts = _record_starts(text, names)
+    seen: set[int] = set()
+    for (job_id, body_start), (_next_id, next_start) in zip(
+        starts, [*starts[1:], (0, len(text))], strict=True
+    ):
+        if job_id in seen:
+            # Twice: one of them came from a job name; neither can be trusted.
+            details.pop(job_id, None)
+            problems.append(f"scontrol -d show job: job {job_id} listed twice; GPUs unknown")
+            continue
+        seen.add(job_id)
+        try:
+            details[job_id] = _node_gpus(text[body_start:next_start])
+        except (ValueError, SlurmError) as exc:
+            problems.append(f"scontrol -d show job: job {job_id}: {exc}; GPUs unknown")
+    return details, problems
+
+
+def _record_starts(text: str, names: Mapping[int, str]) -> list[tuple[int, int]]:
+    """[(job_id, offset where the record's body begins)], skipping known names."""
+    starts: list[tuple[int, int]] = []
+    position = 0
+    while True:
+        match = _RECORD_START.search(text, position)
+        if match is None:
+            return starts
+        job_id = int(match.group(1))
+        name = names.get(job_id)
+        marker = text.find(" JobName=", match.end())
+        line_end = text.find("\n", match.end())
+        line_end = len(text) if line_end < 0 else line_end
+        if name is not None and marker >= 0 and text.startswith(name, marker + 9):
+            body_start = marker + 9 + len(name)
+        else:
+            body_start = line_end
+        starts.append((job_id, body_start))
+        position = max(body_start, match.end())
+
+
+def _node_gpus(body: str) -> NodeGpus:
+    per_node: dict[str, tuple[int, ...]] = {}
+    for line in body.splitlines():
+        match = _DETAIL_LINE.match(line)
+        if match is None:
+            continue
+        indices = gpus_in_gres(match.group(2))
+        if not indices:
+            continue
+        for node in expand_hostlist(match.group(1)):
+            if node in per_node:
+                raise ValueError(f"node {node} listed twice")
+            per_node[node] = indices
+    return tuple(per_node.items())
+
+
+def gpus_from_gres_detail(nodes: tuple[str, ...], detail: tuple[str, ...]) -> NodeGpus | None:
+    """GPU indices from squeue --json `gres_detail` (one entry per node, in node order).
+
+    Only trusted for single-node jobs, where the pairing cannot be wrong; None otherwise.
+    """
+    if len(nodes) != 1 or len(detail) != 1:
+        return None
+    try:
+        indices = gpus_in_gres(detail[0])
+    except ValueError:
+        return None
+    return ((nodes[0], indices),) if indices else ()
+
+
+def check_ping(text: str) -> None:
+    """Raises SlurmError unless `scontrol ping` says a slurmctld is UP.
+
+    Output: "Slurmctld(primary) at head is UP" (and one line per backup).
+    """
+    if re.search(r"\bis UP\b", text):
+        return
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    raise SlurmError("scontrol ping: slurmctld is not responding: " + ("; ".join(lines)[:200]))
+
+
+# --- nodes --------------------------------------------------------------------------
+
+SINFO_SEP = "\x1f"
+SINFO_END = "\x1e"
+SINFO_FORMAT = f"%N{SINFO_SEP}%T{SINFO_SEP}%G{SINFO_SEP}%E{SINFO_END}"
+"""`sinfo -h -N -o` fields: node, state (long), gres, reason (last: free text)."""
+
+_STATE_FLAGS = "*~#!%$@^-+"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One compute node as `sinfo -N` lists it.
+
+    Attributes:
+        state: sinfo's long state without flag characters ("mixed", "drained",
+            "draining", "idle", "down").
+        responding: False when sinfo flagged the node with "*" (slurmd not responding).
+        reason: why the node is drained or down ("" when none).
+        gres: configured generic resources ("gpu:a100:4").
+    """
+
+    name: str
+    state: str
+    reason: str = ""
+    gres: str = ""
+    responding: bool = True
+
+    @property
+    def drained(self) -> bool:
+        """True for drained and draining nodes (no new jobs start there)."""
+        return self.state.startswith("drain")
+
+
+def sinfo_argv() -> list[str]:
+    """The `sinfo` command line parse_sinfo_nodes reads."""
+    return ["sinfo", "-h", "-N", "-o", SINFO_FORMAT]
+
+
+def parse_sinfo_nodes(text: str) -> tuple[list[NodeInfo], list[str]]:
+    """Nodes from `sinfo_argv()` output, one per node (sinfo repeats a node per partition)."""
+    nodes: dict[str, NodeInfo] = {}
+    problems: list[str] = []
+    for piece in text.split(SINFO_END):
+        piece = piece.lstrip("\n")
+        if not piece.strip():
+            continue
+        fields = piece.split(SINFO_SEP, 3)
+        if len(fields) != 4 or not fields[0].strip() or not fields[1].strip():
+            problems.append(f"sinfo: unparsable record {piece[:80]!r}")
+            continue
+        name, raw_state, gres, reason = (f.strip() for f in fields)
+        state = raw_state.lower().rstrip(_STATE_FLAGS)
+        if name in nodes:
+            continue
+        nodes[name] = NodeInfo(
+            name=name,
+            state=state,
+            reason="" if reason.lower() in ("none", "(null)") else reason,
+            gres="" if gres == "(null)" else gres,
+            responding="*" not in raw_state,
+        )
+    return list(nodes.values()), problems

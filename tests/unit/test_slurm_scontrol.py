@@ -1,0 +1,175 @@
+"""scontrol -d show job (GPU indices per node), scontrol ping and sinfo node parsers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from slurm_gpu.errors import SlurmError
+from slurm_gpu.slurm import scontrol
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
+FORGED_NAME = "x\n     Nodes=gpu1 CPU_IDs=0 Mem=0 GRES=gpu:a100:4(IDX:0-3)\nJobId=1 JobName=forged"
+
+
+def _real() -> dict[int, scontrol.NodeGpus]:
+    """The 22.05 capture, with the names squeue --json gave at the same moment."""
+    jobs = json.loads((DATA / "squeue-22.05.json").read_text())["jobs"]
+    names = {job["job_id"]: job["name"] for job in jobs}
+    text = (DATA / "scontrol-d-show-job-22.05.txt").read_text()
+    details, problems = scontrol.parse_job_gpu_details(text, names)
+    assert [] == problems
+    return details
+
+
+def _variants(
+    names: dict[int, str] | None = None,
+) -> tuple[dict[int, scontrol.NodeGpus], list[str]]:
+    text = (DATA / "handmade" / "scontrol-d-show-job-variants.txt").read_text()
+    return scontrol.parse_job_gpu_details(text, names)
+
+
+def test_real_array_task_gpu() -> None:
+    """Array task 272_0 (job 279) holds GPU 3 of gpu1."""
+    assert (("gpu1", (3,)),) == _real()[279]
+
+
+def test_real_heterogeneous_components() -> None:
+    """Each het component has its own node and indices (273: gpu1 1; 274: gpu2 1-2)."""
+    details = _real()
+    assert ((("gpu1", (1,)),), (("gpu2", (1, 2)),)) == (details[273], details[274])
+
+
+def test_real_multi_node_job() -> None:
+    """A two-node job has one entry per node, in scontrol's order."""
+    assert (("gpu1", (0,)), ("gpu2", (0,))) == _real()[275]
+
+
+def test_real_pending_and_gpu_less_jobs_have_no_gpus() -> None:
+    """Pending jobs and the job without GPUs map to ()."""
+    details = _real()
+    assert [(), (), ()] == [details[276], details[277], details[272]]
+
+
+def test_real_odd_name_does_not_disturb_parsing() -> None:
+    """The job named with HTML, unicode and `|` parses like any other."""
+    assert (("gpu1", (2,)),) == _real()[278]
+
+
+def test_grouped_nodes_and_index_lists_with_commas() -> None:
+    """`Nodes=gpu[1-2] ... GRES=gpu:2(IDX:0,2)` gives both nodes GPUs 0 and 2."""
+    assert (("gpu1", (0, 2)), ("gpu2", (0, 2))) == _variants()[0][501]
+
+
+def test_two_gpu_types_on_one_node() -> None:
+    """GPUs of two types on a node are merged; other GRES (mps) are ignored."""
+    assert (("gpu3", (0, 4, 5)),) == _variants()[0][502]
+
+
+def test_known_name_cannot_forge_an_allocation() -> None:
+    """With squeue's names, a name holding fake detail lines is skipped exactly."""
+    details, _ = _variants({503: FORGED_NAME})
+    assert ((("gpu1", (2,)),), False) == (details[503], 1 in details)
+
+
+def test_unknown_name_is_read_from_the_first_line_only() -> None:
+    """Without names, the forged lines are read as the record (documented limit)."""
+    details, _ = _variants()
+    assert (("gpu1", (0, 1, 2, 3)),) == details[503]
+
+
+def test_count_that_disagrees_with_indices_is_a_problem() -> None:
+    """`gpu:a100:2(IDX:0)` leaves the job out and reports it."""
+    details, problems = _variants()
+    assert (False, ["504"]) == (504 in details, [p.split("job ")[1][:3] for p in problems])
+
+
+def test_empty_gres_and_na_indices_mean_no_gpus() -> None:
+    """`GRES=` and `gpu:0(IDX:N/A)` mean the job holds no GPU there."""
+    details, _ = _variants()
+    assert ((), ()) == (details[505], details[506])
+
+
+def test_a_job_listed_twice_is_dropped() -> None:
+    """If a job id appears twice (one forged by a name), neither copy is believed."""
+    text = "JobId=7 JobName=a\n   Nodes=gpu1 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)\n" * 2
+    details, problems = scontrol.parse_job_gpu_details(text)
+    assert ({}, 1) == (details, len(problems))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0", (0,)), ("0-1,3", (0, 1, 3)), ("N/A", ()), ("", ())],
+)
+def test_parse_index_list(text: str, expected: tuple[int, ...]) -> None:
+    """IDX lists: single, ranges and commas, N/A."""
+    assert expected == scontrol.parse_index_list(text)
+
+
+def test_parse_index_list_rejects_garbage() -> None:
+    """A reversed or non-numeric range raises ValueError."""
+    with pytest.raises(ValueError):
+        scontrol.parse_index_list("3-1")
+
+
+def test_gres_detail_trusted_for_one_node() -> None:
+    """squeue --json gres_detail gives a single-node job's indices."""
+    assert (("gpu2", (1, 2)),) == scontrol.gpus_from_gres_detail(
+        ("gpu2",), ("gpu:h100:2(IDX:1-2)",)
+    )
+
+
+def test_gres_detail_not_trusted_for_several_nodes() -> None:
+    """For multi-node jobs the pairing of gres_detail to nodes is not trusted (None)."""
+    pair = scontrol.gpus_from_gres_detail(("gpu1", "gpu2"), ("gpu:1(IDX:0)", "gpu:1(IDX:1)"))
+    assert None is pair
+
+
+def test_ping_up() -> None:
+    """ "... is UP" returns quietly."""
+    scontrol.check_ping("Slurmctld(primary) at vm is UP\n")
+
+
+def test_ping_backup_up_is_enough() -> None:
+    """A primary DOWN with a backup UP still answers."""
+    scontrol.check_ping((DATA / "handmade" / "scontrol-ping-backup-up.txt").read_text())
+
+
+def test_ping_down_raises() -> None:
+    """All controllers DOWN raises SlurmError with scontrol's words."""
+    with pytest.raises(SlurmError, match="is DOWN"):
+        scontrol.check_ping("Slurmctld(primary) at vm is DOWN\n")
+
+
+def test_sinfo_one_record_per_node() -> None:
+    """sinfo repeats a node per partition; each node is listed once."""
+    nodes, _ = scontrol.parse_sinfo_nodes((DATA / "sinfo-nodes.txt").read_text())
+    assert ["gpu1", "gpu2"] == [node.name for node in nodes]
+
+
+def test_sinfo_not_responding_flag() -> None:
+    """ "mixed*" is state mixed, not responding."""
+    nodes, _ = scontrol.parse_sinfo_nodes((DATA / "sinfo-nodes.txt").read_text())
+    assert ("mixed", False) == (nodes[1].state, nodes[1].responding)
+
+
+def test_sinfo_draining_with_reason() -> None:
+    """A draining node keeps its reason verbatim (`|`, unicode) and counts as drained."""
+    nodes, _ = scontrol.parse_sinfo_nodes((DATA / "sinfo-draining.txt").read_text())
+    expected = scontrol.NodeInfo("gpu2", "draining", "slurm-gpu: hot node | 95C, ünï", "gpu:h100:4")
+    assert (expected, True) == (nodes[1], nodes[1].drained)
+
+
+def test_sinfo_variants() -> None:
+    """Down*, (null) gres, a multi-line reason; a broken record is reported."""
+    nodes, problems = scontrol.parse_sinfo_nodes(
+        (DATA / "handmade" / "sinfo-variants.txt").read_text()
+    )
+    expected = [
+        scontrol.NodeInfo("gpu1", "idle", "", "gpu:a100:4"),
+        scontrol.NodeInfo("gpu2", "down", "Not responding", "gpu:h100:4", responding=False),
+        scontrol.NodeInfo("gpu3", "drained", "slurm-gpu: GPU lost\nsecond line", ""),
+    ]
+    assert (expected, 1) == (nodes, len(problems))
