@@ -80,6 +80,7 @@ def run_cmd(app: AppContext, once: bool, dry_run: bool) -> None:
     dry = dry_run or not config.controller.enforce
     if once:
         report = controller.cycle(dry)
+        controller.release()
         if report.skipped:
             raise click.ClickException(f"cycle skipped: {report.skipped}")
         mode = "dry-run" if dry else "enforcing"

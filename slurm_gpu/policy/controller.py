@@ -179,6 +179,10 @@ class Controller:
                     report.notified,
                 )
             sleep(max(0.0, interval - (time.monotonic() - started)))
+        self.release()
+
+    def release(self) -> None:
+        """Gives the lease back (clean shutdown), so another controller need not wait."""
         try:
             self.control.release_lease(LEASE, self.holder)
         except StoreError as exc:

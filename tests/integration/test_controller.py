@@ -1,0 +1,404 @@
+"""The controller on the test bed, with thresholds in seconds: it acts through real Slurm.
+
+Scenarios run as module fixtures (each a minute or so of real time); the tests then read
+what Slurm, the audit log and the SMTP/webhook receivers saw.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from email.message import Message
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_gpu.config import load_config
+from slurm_gpu.store import Store
+from slurm_gpu.store.control import AuditEntry, ControlStore
+from tests.integration.testbed import TestBed
+from tests.receivers import smtp_receiver, webhook_receiver
+
+CONTROLLER_BASE = """
+[controller]
+enforce = {enforce}
+interval = "5s"
+lease_seconds = 30
+
+[policy.idle_gpu]
+threshold_percent = 5
+warn_after = "15s"
+cancel_after = "35s"
+memory_only_is_idle = {memory_only_is_idle}
+exempt_partitions = ["debug"]
+
+[policy.max_runtime]
+accounts = {{ {max_runtime_accounts} }}
+warn_before = "20s"
+action = "cancel"
+
+[notify]
+smtp_host = "127.0.0.1"
+smtp_port = {smtp_port}
+smtp_from = "slurm-gpu@testbed.local"
+user_email_domain = "testbed.local"
+admin_emails = ["admins@testbed.local"]
+webhook_url = "{webhook_url}"
+user_rate_limit = "0s"
+exemption_contact = "hpc-help@testbed.local"
+{extra}
+"""
+
+
+def write_config(testbed: TestBed, name: str, **values: Any) -> Path:
+    """The test bed's slurm-gpu.toml plus controller sections for one scenario."""
+    settings = {
+        "enforce": "true",
+        "memory_only_is_idle": "false",
+        "max_runtime_accounts": "",
+        "smtp_port": 1,
+        "webhook_url": "",
+        "extra": "",
+        **values,
+    }
+    base = Path(testbed.env["SLURM_GPU_CONFIG"]).read_text()
+    path = testbed.state_dir / "etc" / f"controller-{name}.toml"
+    path.write_text(base + CONTROLLER_BASE.format(**settings))
+    return path
+
+
+def slurm_gpu(testbed: TestBed, config: Path, *args: str, check: bool = True) -> str:
+    """Runs the slurm-gpu CLI with a config, as root; returns stdout."""
+    venv = Path(testbed.env.get("SLURM_GPU_VENV", "/opt/slurm-gpu/venv"))
+    done = subprocess.run(
+        [str(venv / "bin" / "slurm-gpu"), "--config", str(config), *args],
+        env=testbed.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(f"slurm-gpu {' '.join(args)} failed: {done.stderr}")
+    return done.stdout + done.stderr
+
+
+@contextmanager
+def controllers(testbed: TestBed, config: Path, count: int = 1) -> Iterator[None]:
+    """`count` controller daemons running together (they share one lease)."""
+    venv = Path(testbed.env.get("SLURM_GPU_VENV", "/opt/slurm-gpu/venv"))
+    logs = [open(testbed.state_dir / "log" / f"test-controller-{n}.log", "a") for n in range(count)]  # noqa: SIM115
+    procs = [
+        subprocess.Popen(
+            [str(venv / "bin" / "slurm-gpu"), "--config", str(config), "controller", "run"],
+            env=testbed.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for log in logs
+    ]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        for log in logs:
+            log.close()
+
+
+def audit_of(control: ControlStore, job: int) -> list[AuditEntry]:
+    return control.audit_entries(job_ids=[job])
+
+
+def actions_of(control: ControlStore, job: int) -> list[str]:
+    """The distinct actions the audit log holds for a job, in first-seen order."""
+    return list(dict.fromkeys(e.action for e in audit_of(control, job) if e.action != "none"))
+
+
+@pytest.fixture(scope="module")
+def control(testbed: TestBed) -> ControlStore:
+    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
+    return ControlStore(Store(config.store.url, cluster=config.cluster.name))
+
+
+def idle(testbed: TestBed, seconds: int = 300) -> str:
+    return testbed.gpu_load("--pattern", "idle", "--seconds", str(seconds))
+
+
+@pytest.fixture(scope="module")
+def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str, Any]]:
+    """Two controllers; an idle 2-GPU job among busy, exempt and memory-only ones."""
+    with smtp_receiver() as (port, inbox), webhook_receiver() as (url, hooks):
+        config = write_config(testbed, "idle", smtp_port=port, webhook_url=url)
+        start = time.time()
+        jobs = {
+            "idle": testbed.submit("alice", "--gres=gpu:2", "-w", "gpu1", wrap=idle(testbed)),
+            "busy": testbed.submit(
+                "bob",
+                "--gres=gpu:1",
+                "-w",
+                "gpu1",
+                wrap=testbed.gpu_load("--util", "60", "--seconds", "300"),
+            ),
+            "memory": testbed.submit(
+                "carol",
+                "-A",
+                "physics",
+                "--gres=gpu:1",
+                "-w",
+                "gpu1",
+                wrap=testbed.gpu_load(
+                    "--pattern", "memory-only", "--mem", "4096", "--seconds", "300"
+                ),
+            ),
+            "debug": testbed.submit(
+                "alice", "-p", "debug", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)
+            ),
+            "exempt": testbed.submit("bob", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
+        }
+        try:
+            for job in jobs.values():
+                testbed.wait_state(job, {"RUNNING"})
+            slurm_gpu(
+                testbed,
+                config,
+                "exempt",
+                str(jobs["exempt"]),
+                "--for",
+                "1h",
+                "--reason",
+                "benchmark that loads data first",
+            )
+            with controllers(testbed, config, count=2):
+                state = testbed.wait_state(jobs["idle"], {"CANCELLED"}, timeout=150)
+                time.sleep(10)  # two more cycles: nothing else may be touched
+                states = {name: testbed.job_state(job) for name, job in jobs.items()}
+            end = time.time()
+            yield {
+                "jobs": jobs,
+                "state": state,
+                "states": states,
+                "inbox": list(inbox),
+                "hooks": list(hooks),
+                "window": (start, end),
+                "config": config,
+            }
+        finally:
+            testbed.run("scancel", *map(str, jobs.values()), check=False)
+
+
+def test_idle_job_is_warned_then_cancelled_with_our_reason(
+    testbed: TestBed, idle_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """sacct shows the idle 2-GPU job CANCELLED with slurm-gpu's reason in AdminComment."""
+    job = idle_scenario["jobs"]["idle"]
+    assert idle_scenario["state"] == "CANCELLED"
+    deadline = time.monotonic() + 30
+    row: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        row = testbed.sacct(job, "State,AdminComment")
+        if row.get("State", "").startswith("CANCELLED"):
+            break
+        time.sleep(1)
+    assert row["State"].startswith("CANCELLED")
+    assert "slurm-gpu: " in row["AdminComment"] and "below 5%" in row["AdminComment"]
+    assert actions_of(control, job) == ["warn", "cancel"]
+
+
+def test_two_controllers_cancel_once(idle_scenario: dict[str, Any], control: ControlStore) -> None:
+    """With two controllers running, the audit log holds exactly one cancel, done."""
+    job = idle_scenario["jobs"]["idle"]
+    cancels = [e for e in audit_of(control, job) if e.action == "cancel"]
+    assert [(e.outcome, e.dry_run) for e in cancels] == [("done", False)]
+
+
+def test_other_jobs_are_untouched(idle_scenario: dict[str, Any], control: ControlStore) -> None:
+    """Busy, exempt-partition, exempted and memory-only jobs keep running, unwarned."""
+    jobs = idle_scenario["jobs"]
+    states = idle_scenario["states"]
+    assert {n: states[n] for n in ("busy", "memory", "debug", "exempt")} == {
+        "busy": "RUNNING",
+        "memory": "RUNNING",
+        "debug": "RUNNING",
+        "exempt": "RUNNING",
+    }
+    for name in ("busy", "memory", "debug", "exempt"):
+        assert actions_of(control, jobs[name]) == [], name
+
+
+def test_user_and_admins_got_the_warning_and_the_cancellation(
+    idle_scenario: dict[str, Any],
+) -> None:
+    """The SMTP and webhook receivers each got the warning and the cancellation."""
+    job = idle_scenario["jobs"]["idle"]
+    inbox: list[Message] = idle_scenario["inbox"]
+    mine = [m for m in inbox if f"(job {job})" in m["Subject"]]
+    assert sorted(m["Subject"].split(": ", 1)[1] for m in mine) == [
+        f"job cancelled (job {job})",
+        f"warning (job {job})",
+    ]
+    assert all("alice@testbed.local" in m["X-Rcpt-To"] for m in mine)
+    assert all("admins@testbed.local" in m["X-Rcpt-To"] for m in mine)
+    texts = [h["text"] for h in idle_scenario["hooks"] if f"(job {job})" in h["text"]]
+    assert len(texts) == 2
+
+
+def test_audit_command_lists_the_decisions(testbed: TestBed, idle_scenario: dict[str, Any]) -> None:
+    """`slurm-gpu audit -j JOB -P` prints the warn and the cancel, sacct-style."""
+    job = idle_scenario["jobs"]["idle"]
+    out = slurm_gpu(
+        testbed, idle_scenario["config"], "audit", "-j", str(job), "-P", "--action", "warn,cancel"
+    )
+    header, *rows = out.strip().splitlines()
+    assert header == "Time|Mode|Policy|Action|Target|User|Account|Outcome|Reason"
+    # A warning is re-audited every cycle until the cancel; show each decision once.
+    assert list(dict.fromkeys(tuple(r.split("|")[2:8]) for r in rows)) == [
+        ("idle_gpu", "warn", f"job:{job}", "alice", "physics", "recorded"),
+        ("idle_gpu", "cancel", f"job:{job}", "alice", "physics", "done"),
+    ]
+
+
+def test_backtest_reports_the_jobs_the_live_run_acted_on(
+    testbed: TestBed, idle_scenario: dict[str, Any]
+) -> None:
+    """Replaying the same thresholds over the recorded window: the same job, warned+cancelled."""
+    start, end = idle_scenario["window"]
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1))
+    until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(end + 1))
+    out = slurm_gpu(
+        testbed, idle_scenario["config"], "policy", "backtest", "-S", since, "-E", until, "--json"
+    )
+    result = json.loads(out[out.index("{") :])
+    jobs = idle_scenario["jobs"]
+    ours = set(jobs.values())
+    idle_gpu = result["policies"]["idle_gpu"]
+    assert [j for j in idle_gpu["cancelled"] if j in ours] == [jobs["idle"]]
+    assert [j for j in idle_gpu["warned"] if j in ours] == [jobs["idle"]]
+
+
+@pytest.fixture(scope="module")
+def runtime_scenario(
+    testbed: TestBed, control: ControlStore, idle_scenario: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """Max runtime, memory-only-is-idle, and a node whose agent is down, in one run."""
+    config = write_config(
+        testbed, "runtime", memory_only_is_idle="true", max_runtime_accounts='bio = "40s"'
+    )
+    jobs = {
+        "long": testbed.submit(
+            "bob",
+            "--gres=gpu:1",
+            "-w",
+            "gpu1",
+            wrap=testbed.gpu_load("--util", "60", "--seconds", "300"),
+        ),
+        "memory": testbed.submit(
+            "carol",
+            "-A",
+            "physics",
+            "--gres=gpu:1",
+            "-w",
+            "gpu1",
+            wrap=testbed.gpu_load("--pattern", "memory-only", "--mem", "4096", "--seconds", "300"),
+        ),
+        "blind": testbed.submit("alice", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
+    }
+    testbed.launcher("agent", "stop", "gpu2")
+    try:
+        for job in jobs.values():
+            testbed.wait_state(job, {"RUNNING"})
+        with controllers(testbed, config):
+            for name in ("long", "memory"):
+                testbed.wait_state(jobs[name], {"CANCELLED"}, timeout=150)
+            time.sleep(10)
+            blind_state = testbed.job_state(jobs["blind"])
+        yield {"jobs": jobs, "blind_state": blind_state}
+    finally:
+        testbed.run("scancel", *map(str, jobs.values()), check=False)
+        testbed.launcher("agent", "start", "gpu2")
+
+
+def test_job_past_its_max_runtime_is_warned_then_cancelled(
+    runtime_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """bio's 40 s limit: bob's busy job is warned, then cancelled by max_runtime."""
+    job = runtime_scenario["jobs"]["long"]
+    policies = {(e.policy, e.action) for e in audit_of(control, job)}
+    assert {("max_runtime", "warn"), ("max_runtime", "cancel")} <= policies
+    assert not any(p == "idle_gpu" and a in ("warn", "cancel") for p, a in policies)
+
+
+def test_memory_only_job_is_cancelled_when_configured(
+    runtime_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """With memory_only_is_idle = true the memory-only job is idle: warned, cancelled."""
+    assert actions_of(control, runtime_scenario["jobs"]["memory"]) == ["warn", "cancel"]
+
+
+def test_job_without_fresh_readings_is_left_alone(
+    runtime_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """gpu2's agent is down: its idle job is unknown, never warned nor cancelled."""
+    job = runtime_scenario["jobs"]["blind"]
+    assert runtime_scenario["blind_state"] == "RUNNING"
+    assert actions_of(control, job) == []
+    assert any("unknown" in e.reason for e in audit_of(control, job))
+
+
+@pytest.fixture(scope="module")
+def dry_run_scenario(
+    testbed: TestBed, control: ControlStore, runtime_scenario: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
+    """The idle scenario's idle job again, under a dry-run controller."""
+    with smtp_receiver() as (port, inbox):
+        config = write_config(testbed, "dry", enforce="false", smtp_port=port)
+        job = testbed.submit("alice", "--gres=gpu:2", "-w", "gpu1", wrap=idle(testbed))
+        try:
+            testbed.wait_state(job, {"RUNNING"})
+            with controllers(testbed, config):
+                deadline = time.monotonic() + 150
+                while time.monotonic() < deadline and "cancel" not in actions_of(control, job):
+                    time.sleep(2)
+                time.sleep(6)
+                state = testbed.job_state(job)
+            yield {"job": job, "state": state, "inbox": list(inbox)}
+        finally:
+            testbed.run("scancel", str(job), check=False)
+
+
+def test_dry_run_audits_the_same_verdicts_and_changes_nothing(
+    testbed: TestBed, dry_run_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """Warn then cancel verdicts, marked dry-run; the job runs on, nobody is emailed."""
+    job = dry_run_scenario["job"]
+    entries = [e for e in audit_of(control, job) if e.action != "none"]
+    assert list(dict.fromkeys(e.action for e in entries)) == ["warn", "cancel"]
+    assert {(e.dry_run, e.outcome) for e in entries} == {(True, "dry-run")}
+    assert dry_run_scenario["state"] == "RUNNING"
+    assert dry_run_scenario["inbox"] == []
+    assert "slurm-gpu" not in testbed.sacct(job, "AdminComment").get("AdminComment", "")
+
+
+def test_controller_survives_slurmctld_down_and_acts_on_nothing(
+    testbed: TestBed, control: ControlStore, dry_run_scenario: dict[str, Any]
+) -> None:
+    """slurmctld stopped: the cycle is skipped with a clear message and no verdict."""
+    config = write_config(testbed, "down")
+    pid = int((testbed.state_dir / "run" / "slurmctld.pid").read_text())
+    before = len(control.audit_entries())
+    subprocess.run(["kill", str(pid)], check=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            time.sleep(0.5)
+        out = slurm_gpu(testbed, config, "controller", "run", "--once", check=False)
+        assert "cycle skipped" in out
+        assert len(control.audit_entries()) == before
+    finally:
+        testbed.launcher("up")
