@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -138,8 +137,3 @@ def job_fields(currency: str = "") -> dict[str, Field]:
         ),
     ]
     return {f.name: f for f in fields}
-
-
-def local_tz() -> dt.tzinfo | None:
-    """The local time zone (what sacct prints times in)."""
-    return dt.datetime.now().astimezone().tzinfo
