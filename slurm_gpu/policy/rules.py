@@ -325,7 +325,8 @@ def _idle_gpu(ctx: _Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verd
         active_at = row.last_active
         if row.util_recent_percent is not None and row.util_recent_percent >= threshold:
             active_at = row.last_reading if active_at is None else max(active_at, row.last_reading)
-        holds_memory = (row.mem_used_bytes or 0) > floor or (row.process_count or 0) > 0
+        # A process with a bare context is idle; one holding real data is memory-only.
+        holds_memory = (row.mem_used_bytes or 0) > floor
         start = row.start if job_start is None else max(row.start, job_start)
         if holds_memory and not settings.memory_only_is_idle:
             idle_for.append(0.0)

@@ -215,12 +215,14 @@ class IdleGpuSettings(JobPolicySettings):
     )
     memory_only_is_idle: bool = field(
         default=True,
-        metadata=doc("A GPU holding memory or processes but doing no compute counts as idle."),
+        metadata=doc("A GPU holding memory but doing no compute counts as idle."),
     )
     memory_floor_mib: int = field(
-        default=64,
+        default=1024,
         metadata=doc(
-            "Memory in use up to this many MiB counts as none (driver overhead).", minimum=0
+            "Memory in use up to this many MiB counts as none: a bare CUDA context"
+            " (300-600 MiB) is not data held.",
+            minimum=0,
         ),
     )
 
