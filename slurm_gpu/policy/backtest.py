@@ -16,7 +16,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_gpu.config import Config
-from slurm_gpu.models import Action, GpuActivity, GpuInterval, SlurmJob
+from slurm_gpu.models import Action, Exemption, GpuActivity, GpuInterval, SlurmJob
 from slurm_gpu.policy.rules import evaluate
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore, HistoricJob
@@ -81,17 +81,26 @@ def backtest(
     """Replays the job policies over [since, until) every `step` seconds."""
     step = step or float(config.controller.interval)
     period = max(float(config.store.ship_aggregate), float(config.node.interval))
-    history = ControlStore(store).jobs_between(since, until)
+    control = ControlStore(store)
+    history = control.jobs_between(since, until)
     intervals = {job.job_id: store.intervals(job_id=job.job_id) for job in history}
+    exemptions = [
+        Exemption(f"{e.kind}:{e.target}", e.policy, e.until, e.reason, e.created_by)
+        for e in control.exemptions()
+    ]
     outcomes = {name: PolicyOutcome() for name in JOB_POLICIES}
     warned: dict[tuple[int, str], float] = {}
     ended: dict[int, float] = {}
-    t = since
-    while t < until:
+    # Decisions happen on a grid of `step` and at each job's last moment: the live
+    # controller's cycles fall anywhere inside a step, so its last look at a job may come
+    # after the grid's.
+    grid = [since + n * step for n in range(int((until - since) // step) + 1)]
+    ends = [j.end for j in history if j.end is not None and since <= j.end < until]
+    for t in sorted(set(grid) | set(ends)):
         running = [
             j
             for j in history
-            if j.start <= t < (j.end if j.end is not None else until) and j.job_id not in ended
+            if j.start <= t <= (j.end if j.end is not None else until) and j.job_id not in ended
         ]
         jobs = [
             SlurmJob(
@@ -108,9 +117,12 @@ def backtest(
             for j in running
         ]
         activity = [a for j in running for a in _activity(j, intervals[j.job_id], t, period)]
+        # A warning counts as given up to one step earlier: where inside the step the
+        # live cycle fell is unknown.
+        earlier = {key: at - step for key, at in warned.items()}
         verdicts = [
             v
-            for v in evaluate(jobs, activity, t, config, warned=warned)
+            for v in evaluate(jobs, activity, t, config, exemptions=exemptions, warned=earlier)
             if v.policy in JOB_POLICIES and v.job_id is not None
         ]
         flagged = set()
@@ -127,7 +139,6 @@ def backtest(
                 flagged.add((v.job_id, v.policy))
         for key in [k for k in warned if k not in flagged]:
             del warned[key]  # the episode ended (as the live controller withdraws it)
-        t += step
     by_id = {j.job_id: j for j in history}
     for outcome in outcomes.values():
         for job_id, at in outcome.cancelled.items():
