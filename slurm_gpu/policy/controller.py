@@ -168,7 +168,12 @@ class Controller:
         interval = float(self.config.controller.interval)
         while not stop():
             started = time.monotonic()
-            report = self.cycle(dry_run)
+            try:
+                report = self.cycle(dry_run)
+            except Exception:  # a bug in one cycle must not stop enforcement for good
+                log.exception("cycle failed")
+                sleep(interval)
+                continue
             if report.skipped:
                 log.info("cycle skipped: %s", report.skipped)
             else:
@@ -218,6 +223,8 @@ class Controller:
         An episode ends when a later cycle withdrew the warning (the GPUs got busy);
         dry-run warnings never count for enforcement, since nobody received them.
         """
+        if not running:
+            return {}  # (an empty filter would mean every job)
         entries = self.control.audit_entries(
             job_ids=running, actions=["warn", "none"], policies=GRACE_POLICIES, dry_run=dry_run
         )
@@ -244,7 +251,7 @@ class Controller:
         }
         out = []
         for job_id, policy in self._warned(list(running), dry_run):
-            if (job_id, policy) in active:
+            if (job_id, policy) in active or job_id not in running:
                 continue
             job = running[job_id]
             out.append(

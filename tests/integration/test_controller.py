@@ -311,3 +311,4 @@ def test_controller_survives_slurmctld_down_and_acts_on_nothing(
         assert len(control.audit_entries()) == before
     finally:
         testbed.launcher("up")
+        testbed.wait_gres_ready()

@@ -64,7 +64,7 @@ def burn_physics_gpu_time(testbed: TestBed, control: ControlStore, above: float)
     job = testbed.submit(
         "alice", "--gres=gpu:2", wrap=testbed.gpu_load("--util", "80", "--seconds", "25")
     )
-    testbed.wait_done(job, timeout=120)
+    assert testbed.wait_done(job, timeout=120) == "COMPLETED"
     wait_for("physics usage to pass the budget", lambda: physics_usage(control) > above)
 
 

@@ -140,6 +140,20 @@ class TestBed:
         """Waits until the job finished and sacct recorded its end."""
         return self.wait_state(job_id, set(TERMINAL_STATES), timeout)
 
+    def wait_gres_ready(self, timeout: float = 60) -> None:
+        """After a slurmctld restart: waits until a GPU job really gets its GPUs.
+
+        Slurm 22.05 can start a job without its GRES in the seconds after slurmctld
+        recovers its state, before the nodes re-register (seen on this test bed).
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.submit("root", "--gres=gpu:1", wrap='test -n "$SLURM_JOB_GPUS"')
+            if self.wait_done(job) == "COMPLETED":
+                return
+            time.sleep(2)
+        raise AssertionError("GPU jobs still start without GPUs after the restart")
+
     def sacct(self, job_id: int, fields: str) -> dict[str, str]:
         """The job's allocation row from `sacct -P -X`, as {field: value}."""
         out = self.run(

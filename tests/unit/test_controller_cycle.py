@@ -1,0 +1,114 @@
+"""The controller's cycle with a scripted Slurm and a real SQLite store, clock injected."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_gpu.config import Config
+from slurm_gpu.durations import Duration
+from slurm_gpu.errors import SlurmError
+from slurm_gpu.models import GpuActivity, SlurmJob
+from slurm_gpu.policy.controller import Controller
+from slurm_gpu.slurm.scontrol import NodeInfo
+from slurm_gpu.store import Store
+from slurm_gpu.store.control import ControlStore
+
+T0 = 1_800_000_000.0
+
+
+class FakeSlurm:
+    """Just enough of SlurmClient; records calls and what the audit log held at each."""
+
+    def __init__(self, control: ControlStore) -> None:
+        self.control = control
+        self.running: list[SlurmJob] = []
+        self.down = False
+        self.cancelled: list[tuple[int, list[str]]] = []
+
+    def jobs(self, states: Any = None) -> list[SlurmJob]:
+        if self.down:
+            raise SlurmError("squeue failed (exit 1): Unable to contact slurm controller")
+        return self.running
+
+    def nodes(self) -> list[NodeInfo]:
+        return []
+
+    def cancel(self, job_ids: Iterable[int], reason: str) -> dict[int, str | None]:
+        ids = list(job_ids)
+        for job in ids:
+            audited = [f"{e.action}:{e.outcome}" for e in self.control.audit_entries(job_ids=[job])]
+            self.cancelled.append((job, audited))
+        return dict.fromkeys(ids)
+
+
+def config() -> Config:
+    base = Config()
+    idle = dataclasses.replace(
+        base.policy.idle_gpu, warn_after=Duration(30.0), cancel_after=Duration(60.0)
+    )
+    controller = dataclasses.replace(base.controller, interval=Duration(10.0))
+    node = dataclasses.replace(base.node, interval=Duration(10.0))
+    return dataclasses.replace(
+        base,
+        policy=dataclasses.replace(base.policy, idle_gpu=idle),
+        controller=controller,
+        node=node,
+    )
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> tuple[Controller, FakeSlurm, Store, list[float]]:
+    store = Store(f"sqlite:///{tmp_path / 'store.db'}", cluster="c")
+    store.upgrade()
+    slurm = FakeSlurm(ControlStore(store))
+    now = [T0]
+    controller = Controller(config(), slurm, store, clock=lambda: now[0], holder="test")  # type: ignore[arg-type]
+    return controller, slurm, store, now
+
+
+def idle_job(store: Store, now: float) -> SlurmJob:
+    store.add_activity([GpuActivity(7, "gpu1", "U", 0, T0, now, None, 0.0, 0, 0)])
+    return SlurmJob(
+        7,
+        "alice",
+        "physics",
+        "gpu",
+        "RUNNING",
+        start_time=T0,
+        gpu_count=1,
+        nodes=("gpu1",),
+        gpus=(("gpu1", (0,)),),
+    )
+
+
+def test_no_running_jobs_is_a_quiet_cycle(rig: tuple) -> None:
+    """With nothing running, a cycle audits nothing (and does not trip on empty filters)."""
+    controller, _, _, _ = rig
+    report = controller.cycle(dry_run=False)
+    assert ("", []) == (report.skipped, report.verdicts)
+
+
+def test_cancel_is_audited_before_slurm_is_asked(rig: tuple) -> None:
+    """When scancel runs, the audit log already holds the cancel as planned."""
+    controller, slurm, store, now = rig
+    for step in range(0, 80, 10):
+        now[0] = T0 + step
+        slurm.running = [idle_job(store, now[0])]
+        controller.cycle(dry_run=False)
+    (job, audited) = slurm.cancelled[0]
+    assert 7 == job
+    assert "cancel:planned" in audited and "warn:recorded" in audited
+
+
+def test_slurm_down_skips_the_cycle_and_audits_nothing(rig: tuple) -> None:
+    """squeue failing ends the cycle cleanly: skipped, with Slurm's message, no verdicts."""
+    controller, slurm, store, _ = rig
+    slurm.down = True
+    report = controller.cycle(dry_run=False)
+    assert "Unable to contact slurm controller" in report.skipped
+    assert [] == ControlStore(store).audit_entries()
