@@ -212,7 +212,7 @@ class Controller:
             exemptions=exemptions,
             warned=self._warned(running, dry_run),
             quota_usage=self._quota_usage(now),
-            quota_applied=self._quota_applied(),
+            quota_applied=self._quota_applied({j.job_id for j in jobs}),
             node_health=self._node_health(now, drained),
             unallocated=self._unallocated(now),
         )
@@ -276,10 +276,16 @@ class Controller:
             usage.append(QuotaUsage(rule.scope, rule.unit, rule.period, used, start, end))
         return usage
 
-    def _quota_applied(self) -> list[QuotaApplied]:
+    def _quota_applied(self, live_jobs: set[int]) -> list[QuotaApplied]:
+        """What the quota policy set and has not undone; entries of vanished jobs are dropped."""
         applied = []
         for entry in self.control.quota_actions():
             d = entry.details
+            job_id = d.get("job_id")
+            if job_id is not None and job_id not in live_jobs:
+                # Held or re-QOSed job that has since ended or was cancelled: nothing to undo.
+                self.control.forget_quota_action(entry.scope, entry.action, entry.target)
+                continue
             applied.append(
                 QuotaApplied(
                     scope=entry.scope,
