@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 LEASE = "controller"
 # Policies whose warnings start a grace period that a cancel must wait out.
 GRACE_POLICIES = ("idle_gpu", "max_runtime")
+# Verdicts audited once per episode rather than every cycle.
+QUIET_REPEATS = frozenset({Action.WARN, Action.NOTICE, Action.NONE, Action.REPORT})
 NOTIFIED = frozenset(
     {
         Action.WARN,
@@ -126,6 +128,7 @@ class Controller:
                 jobs, [n.name for n in nodes if "drain" in n.state], now, dry_run
             )
             withdrawn = self._withdrawn_warnings(jobs, verdicts, dry_run)
+            verdicts = self._news(verdicts, dry_run)
             report.verdicts = verdicts
             planned = "dry-run" if dry_run else "planned"
             self.control.audit(
@@ -238,6 +241,26 @@ class Controller:
             else:
                 first.setdefault(key, entry.time)
         return first
+
+    def _news(self, verdicts: list[Verdict], dry_run: bool) -> list[Verdict]:
+        """Drops a warning, notice or report that only repeats the last one audited.
+
+        Acting verdicts are always kept; a warning comes back into the log when
+        something changed (it was withdrawn, or a quota crossed another fraction).
+        """
+        latest = self.control.latest_decisions([v.target for v in verdicts], dry_run)
+        kept = []
+        for v in verdicts:
+            last = latest.get((v.target, v.policy))
+            repeat = (
+                v.action in QUIET_REPEATS
+                and last is not None
+                and last[0] == v.action.value
+                and last[1].get("fraction") == dict(v.details).get("fraction")
+            )
+            if not repeat:
+                kept.append(v)
+        return kept
 
     def _withdrawn_warnings(
         self, jobs: list[SlurmJob], verdicts: list[Verdict], dry_run: bool

@@ -259,8 +259,10 @@ def _job_verdict(
 
 
 def _span(seconds: float) -> str:
-    """A duration for people: "47 min", "2 h 5 min", "24 h", "3 d 4 h"."""
-    minutes = int(max(seconds, 0.0) // 60)
+    """A duration for people: "40 s", "47 min", "2 h 5 min", "24 h", "3 d 4 h"."""
+    if seconds < 60:
+        return f"{int(max(seconds, 0.0))} s"
+    minutes = int(seconds // 60)
     if minutes < 60:
         return f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
@@ -284,7 +286,9 @@ def _gpu_list(rows: Iterable[GpuActivity]) -> str:
 
 
 def _number(value: float) -> str:
-    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.1f}"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.1f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 # ---------------------------------------------------------------------------- idle_gpu

@@ -193,6 +193,25 @@ class ControlStore:
                 for r in conn.execute(query.order_by(c.time, c.id)).mappings()
             ]
 
+    def latest_decisions(
+        self, targets: Sequence[str], dry_run: bool
+    ) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+        """{(target, policy): (action, details)} of the newest audit entry of each pair."""
+        c = audit_log.c
+        latest: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+        unique = sorted(set(targets))
+        with self.store._read("reading the latest decisions") as conn:
+            for start in range(0, len(unique), 500):  # keep IN (...) lists short
+                query = (
+                    sa.select(c.target, c.policy, c.action, c.details)
+                    .where(c.cluster == self.cluster, c.dry_run == dry_run)
+                    .where(c.target.in_(unique[start : start + 500]))
+                    .order_by(c.id)
+                )
+                for r in conn.execute(query):
+                    latest[(r.target, r.policy)] = (r.action, json.loads(r.details or "{}"))
+        return latest
+
     def first_warnings(
         self, policy_actions: Sequence[str] = ("warn",)
     ) -> dict[tuple[int, str], float]:
