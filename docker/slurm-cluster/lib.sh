@@ -44,6 +44,9 @@ DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-cl
 # PostgreSQL for the store's PostgreSQL backend tests.
 # shellcheck source=postgres.sh
 [ -f "$CLUSTER_SRC/postgres.sh" ] && . "$CLUSTER_SRC/postgres.sh"
+# Prometheus (scraping the agents and the exporter) and the slurm-gpu exporter.
+# shellcheck source=prometheus.sh
+[ -f "$CLUSTER_SRC/prometheus.sh" ] && . "$CLUSTER_SRC/prometheus.sh"
 
 log() { printf 'local-cluster: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -308,7 +311,7 @@ cluster_is_up() {
 stop_all() {
     local stopped=""
     # Compute nodes first, the database last; munge only if we started it.
-    for d in slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd postgres mariadb munge; do
+    for d in prometheus slurm-gpu-exporter slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd postgres mariadb munge; do
         local pf
         pf=$(pidfile "$d")
         [ -f "$pf" ] || continue

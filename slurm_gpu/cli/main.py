@@ -16,6 +16,7 @@ from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.controller import audit_cmd, controller_group, exempt_cmd, policy_group
 from slurm_gpu.cli.db import db
+from slurm_gpu.cli.exporter import exporter_command
 from slurm_gpu.cli.job import job_command
 from slurm_gpu.cli.node import node_group
 from slurm_gpu.cli.report import report_command
@@ -72,3 +73,4 @@ cli.add_command(report_command)
 cli.add_command(job_command)
 cli.add_command(status_command)
 cli.add_command(sync_command)
+cli.add_command(exporter_command)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
+from typing import Any
 
 import click
 
@@ -18,6 +20,7 @@ from slurm_gpu.cli.sacct import (
     resolve_period,
 )
 from slurm_gpu.reports.jobs import JobFilter
+from slurm_gpu.reports.monthly import build_monthly, write_monthly
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import GROUP_KEYS, build_report, report_fields
@@ -52,7 +55,22 @@ def _period(
     )
 
 
-@click.command("report")
+class _ReportCommand(click.Command):
+    """`report KIND ...`, except `report monthly ...`, which is its own command."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        if args and args[0] == "monthly":
+            return monthly_command.make_context("report monthly", args[1:], parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.command("report", cls=_ReportCommand)
 @click.argument("kind", type=click.Choice(list(GROUP_KEYS)))
 @period_options
 @click.option("--month", default=None, metavar="YYYY-MM", help="A calendar month (local time).")
@@ -85,6 +103,9 @@ def report_command(
     as_csv: bool,
 ) -> None:
     """GPU usage per users, accounts, partitions, nodes, gpu-models or the cluster.
+
+    `slurm-gpu report monthly --month YYYY-MM --out DIR` writes the monthly report
+    (index.html and CSV files); see `slurm-gpu report monthly --help`.
 
     Jobs, GPU-hours, GPU-memory-hours (GiB-hours), utilization weighted by GPU-hours,
     idle GPU-hours and their share, energy, cost, queue wait (mean, p95), and the top
@@ -153,6 +174,45 @@ def report_command(
                     "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
                 )
                 click.echo(render(waste, report.top_waste, "table"), nl=False)
+        echo_warnings(env)
+    finally:
+        env.close()
+
+
+@click.command("monthly")
+@click.option(
+    "--month",
+    default=None,
+    metavar="YYYY-MM",
+    help="The calendar month (local time; default: the previous month).",
+)
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for index.html and the CSV files (created).",
+)
+@click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
+              metavar="N", help="Wasteful jobs listed.")  # fmt: skip
+@pass_app
+def monthly_command(app: AppContext, month: str | None, out: Path, top: int) -> None:
+    """The monthly report: one self-contained HTML page (inline SVG charts) and CSV files.
+
+    Cluster overview, GPU-hours and cost by account and user, utilization distribution,
+    idle waste, top wasteful jobs, queue wait by partition, a node heat map, and what the
+    controller did. You see only the jobs you may see (all of them for admins).
+    """
+    env = report_env(app)
+    try:
+        if month is None:
+            previous = env.now.replace(day=1) - dt.timedelta(days=1)
+            month = previous.strftime("%Y-%m")
+        month_period(month, env.tz)  # a bad --month is a usage error naming the option
+        report = build_monthly(env, month, waste_top=top)
+        files = write_monthly(report, out)
+        click.echo(f"monthly report {month} ({env.scope.describe()}): {files[0]}")
+        click.echo(f"CSV files: {', '.join(f.name for f in files[1:])}")
         echo_warnings(env)
     finally:
         env.close()

@@ -299,7 +299,8 @@ def test_controller_survives_slurmctld_down_and_acts_on_nothing(
 ) -> None:
     """slurmctld stopped: the cycle is skipped with a clear message and no verdict."""
     config = write_config(testbed, "down")
-    pid = int((testbed.state_dir / "run" / "slurmctld.pid").read_text())
+    conf = testbed.state_dir / "etc" / "slurm.conf"
+    pid = int(testbed.run("pgrep", "-f", f"slurmctld -D -i -f {conf}").stdout.split()[0])
     before = len(control.audit_entries())
     subprocess.run(["kill", str(pid)], check=True)
     try:

@@ -1,0 +1,506 @@
+"""`slurm-gpu report monthly`: one month's usage, waste and enforcement as HTML + CSV.
+
+Figures come from the same place as every report (reports/jobs.py `load_usage` through
+`ReportEnv.usage`, so the caller's scope applies), prorated to the month like
+`slurm-gpu report` (reports/summary.py `prorated`) and summed by its `_figures`
+(GPU-hours, cost, utilization weighted by GPU-hours, idle GPU-hours). Controller actions
+come from the audit log (`ControlStore.audit_entries`), enforced entries only.
+
+GPU-hours returned by a cancellation: the job's GPUs x the time left until its time limit
+(Start + Timelimit, from sacct) at the moment it was cancelled. A job whose limit is
+unknown (no sacct, or UNLIMITED) is counted in `cancelled_unknown_limit`, not in the sum.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpu.reports.charts import render_page
+from slurm_gpu.reports.jobs import JobFilter, Usage
+from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.summary import _figures, prorated
+from slurm_gpu.store.control import AuditEntry, ControlStore
+
+UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
+QUOTA_ACTIONS = frozenset({"hold", "release", "block", "unblock", "set_qos", "set_fairshare"})
+
+
+@dataclass
+class MonthlyReport:
+    """Everything the page and the CSV files show; each list is one table's records."""
+
+    month: str
+    since: float
+    until: float
+    cluster: str
+    scope: str
+    currency: str
+    unit: str
+    generated: float
+    overview: dict[str, Any]
+    days: list[str]
+    daily_gpu_hours: list[float]
+    accounts: list[dict[str, Any]]
+    users: list[dict[str, Any]]
+    utilization: list[dict[str, Any]]
+    idle: list[dict[str, Any]]
+    waste_jobs: list[dict[str, Any]]
+    queue: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    controller: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def month_bounds(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:
+    """`2026-11` -> POSIX seconds of [Nov 1 00:00, Dec 1 00:00) in `tz`.
+
+    Raises:
+        ValueError: not YYYY-MM.
+    """
+    first = dt.datetime.strptime(text, "%Y-%m").replace(tzinfo=tz)
+    following = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1)
+    return first.timestamp(), following.timestamp()
+
+
+def build_monthly(
+    env: ReportEnv, month: str, *, waste_top: int = 20, filters: JobFilter | None = None
+) -> MonthlyReport:
+    """The month's report for what `env.scope` may see.
+
+    Args:
+        env: the report environment (store, sacct, scope, clock, prices).
+        month: YYYY-MM (local time).
+        waste_top: jobs listed under "top wasteful jobs".
+        filters: sacct's selection options (default: every visible job).
+    """
+    since, until = month_bounds(month, env.tz)
+    now = env.now_seconds
+    usage = env.usage(since, until, filters or JobFilter())
+    rows = prorated(usage, since, until, now)
+    full_seconds = (
+        rows["gpu_seconds"].astype(float) / rows["fraction"].where(rows["fraction"] > 0, 1.0)
+        if len(rows)
+        else pd.Series(dtype=float)
+    )
+    keep = rows["fraction"] > 0 if len(rows) else pd.Series(dtype=bool)
+    rows, full_seconds = rows[keep], full_seconds[keep]
+    if len(rows):
+        rows = rows.assign(
+            idle_seconds=(rows["gpu_seconds"] - rows["active_seconds"]).clip(lower=0.0)
+        )
+        rows = rows.assign(
+            idle_cost=rows["cost"]
+            * (rows["idle_seconds"] / rows["gpu_seconds"].where(rows["gpu_seconds"] > 0)).fillna(
+                0.0
+            )
+        )
+    days, day_starts = _days(since, until, env.tz)
+    inventory = env.store.inventory()
+    gpus_per_node: dict[str, int] = {}
+    for entry in inventory:
+        gpus_per_node[entry.node] = gpus_per_node.get(entry.node, 0) + 1
+    per_day = _per_day(rows, full_seconds, day_starts, until, now)
+    nodes = _nodes(rows, per_day, gpus_per_node, len(days), env.config.reports.hot_node_factor)
+    end = min(until, max(now, since))
+    total = _figures(rows)
+    visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
+    capacity_hours = visible_gpus * (end - since) / 3600.0
+    overview = {
+        **total,
+        "accounts": int(rows["account"].nunique()) if len(rows) else 0,
+        "idle_cost": float(rows["idle_cost"].sum()) if len(rows) else 0.0,
+        "gpus": visible_gpus,
+        "nodes": len(gpus_per_node) if env.scope.all else 0,
+        "capacity_gpu_hours": capacity_hours,
+        "occupancy_percent": 100.0 * total["gpu_hours"] / capacity_hours
+        if capacity_hours > 0
+        else None,
+    }
+    entries = [
+        e
+        for e in ControlStore(env.store).audit_entries(since=since, until=until, dry_run=False)
+        if e.action != "none" and env.scope.sees(e.user, e.account)
+    ]
+    actions = _actions(entries, usage)
+    controller = _controller(actions)
+    overview["gpu_hours_returned"] = sum(a["gpu_hours_returned"] or 0.0 for a in actions)
+    overview["cancellations"] = sum(1 for a in actions if a["kind"] == "cancellation")
+    report = MonthlyReport(
+        month=month,
+        since=since,
+        until=until,
+        cluster=env.config.cluster.name,
+        scope=env.scope.describe(),
+        currency=env.config.cost.currency,
+        unit=env.config.cost.unit,
+        generated=now,
+        overview=overview,
+        days=days,
+        daily_gpu_hours=[float(v) / 3600.0 for v in per_day.sum(axis=0)]
+        if per_day.size
+        else [0.0] * len(days),
+        accounts=_grouped(rows, "account"),
+        users=_grouped(rows, "user"),
+        utilization=_utilization(rows),
+        idle=_idle(rows),
+        waste_jobs=_waste_jobs(rows, usage, waste_top),
+        queue=_queue(usage, since, until),
+        nodes=nodes,
+        controller=controller,
+        actions=actions,
+        notes=list(env.warnings),
+    )
+    if not env.scope.all:
+        report.notes.append(
+            f"Only the jobs you may see ({env.scope.describe()}); cluster capacity, "
+            "occupancy and node totals need an admin."
+        )
+    return report
+
+
+def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], list[float]]:
+    first = dt.datetime.fromtimestamp(since, tz)
+    labels, starts = [], []
+    day = first
+    while day.timestamp() < until:
+        labels.append(f"{day.day:02d}")
+        starts.append(day.timestamp())
+        day = day + dt.timedelta(days=1)
+    return labels, starts
+
+
+def _per_day(
+    rows: pd.DataFrame, full: pd.Series, starts: Sequence[float], until: float, now: float
+) -> np.ndarray:
+    """GPU-seconds of each row on each day: its whole GPU-seconds x its share of that day."""
+    if not len(rows):
+        return np.zeros((0, len(starts)))
+    start = pd.to_numeric(rows["start_time"], errors="coerce").to_numpy(dtype=float)
+    stop = pd.to_numeric(rows["end_time"], errors="coerce").to_numpy(dtype=float)
+    stop = np.where(np.isnan(stop), now, stop)
+    length = stop - start
+    edges = [*starts, until]
+    out = np.zeros((len(rows), len(starts)))
+    total = full.to_numpy(dtype=float)
+    for k in range(len(starts)):
+        inside = np.minimum(stop, edges[k + 1]) - np.maximum(start, edges[k])
+        share = np.where(length > 0, np.clip(inside, 0, None) / np.where(length > 0, length, 1), 0)
+        instant = (length <= 0) & (start >= edges[k]) & (start < edges[k + 1])
+        out[:, k] = total * np.where(instant, 1.0, share)
+    return np.nan_to_num(out)
+
+
+def _nodes(
+    rows: pd.DataFrame,
+    per_day: np.ndarray,
+    gpus_per_node: Mapping[str, int],
+    days: int,
+    hot_factor: float,
+) -> list[dict[str, Any]]:
+    """Per node: GPUs, GPU-hours, occupancy % per day and over the month, hot flag."""
+    by_node: dict[str, np.ndarray] = {}
+    seen_gpus: dict[str, int] = {}
+    if len(rows):
+        frame = pd.DataFrame(per_day, index=rows["node"].to_numpy())
+        summed = frame.groupby(level=0).sum()
+        by_node = {str(n): summed.loc[n].to_numpy() for n in summed.index}
+        seen_gpus = {str(k): int(v) for k, v in rows.groupby("node")["gpu_uuid"].nunique().items()}
+    names = sorted(set(gpus_per_node) | set(by_node))
+    total = sum(float(v.sum()) for v in by_node.values())
+    out = []
+    for name in names:
+        seconds = by_node.get(name, np.zeros(days))
+        gpus = gpus_per_node.get(name) or seen_gpus.get(name, 0)
+        day_capacity = gpus * 86400.0
+        share = float(seconds.sum()) / total if total else 0.0
+        out.append(
+            {
+                "node": name,
+                "gpus": gpus,
+                "gpu_hours": float(seconds.sum()) / 3600.0,
+                "occupancy_percent": 100.0 * float(seconds.sum()) / (day_capacity * days)
+                if day_capacity and days
+                else None,
+                "share_percent": 100.0 * share,
+                "hot": "hot" if names and share > hot_factor / len(names) else "",
+                "daily_percent": [
+                    100.0 * float(s) / day_capacity if day_capacity else 0.0 for s in seconds
+                ],
+            }
+        )
+    return out
+
+
+def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
+    """`report accounts/users` figures per group, most GPU-hours first."""
+    out = []
+    if len(rows):
+        for value, part in rows.groupby(key, sort=True):
+            record = {"key": str(value), **_figures(part)}
+            if key == "user":
+                record["account"] = ",".join(sorted({str(a) for a in part["account"]}))
+            record["idle_cost"] = float(part["idle_cost"].sum())
+            out.append(record)
+    out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
+    return out
+
+
+def _utilization(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """GPU-hours by the job-GPU's mean utilization, in 10-point bins, plus "no readings"."""
+    util = pd.to_numeric(rows["util_mean_percent"], errors="coerce") if len(rows) else None
+    hours = rows["gpu_seconds"].astype(float) / 3600.0 if len(rows) else None
+    total = float(hours.sum()) if hours is not None else 0.0
+    out = []
+    for low, high in itertools.pairwise(UTIL_BINS):
+        if util is None or hours is None:
+            part, count = 0.0, 0
+        else:
+            mask = (util >= low) & (util < high)
+            part, count = float(hours[mask].sum()), int(mask.sum())
+        label = f"{low:.0f}-{min(high, 100):.0f}%"
+        out.append(
+            {"bin": label, "gpu_hours": part, "gpus": count, "share_percent": _pct(part, total)}
+        )
+    if util is not None and hours is not None and bool(util.isna().any()):
+        part = float(hours[util.isna()].sum())
+        out.append(
+            {"bin": "no readings", "gpu_hours": part, "gpus": int(util.isna().sum()),
+             "share_percent": _pct(part, total)}
+        )  # fmt: skip
+    return out
+
+
+def _pct(part: float, total: float) -> float | None:
+    return 100.0 * part / total if total > 0 else None
+
+
+def _idle(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """Idle GPU-hours and their cost per account, most idle first, with a total row."""
+    if not len(rows):
+        return []
+    grouped = rows.groupby("account")[["idle_seconds", "gpu_seconds", "idle_cost"]].sum()
+    out: list[dict[str, Any]] = [
+        {
+            "key": str(account),
+            "idle_gpu_hours": float(r.idle_seconds) / 3600.0,
+            "gpu_hours": float(r.gpu_seconds) / 3600.0,
+            "idle_percent": _pct(float(r.idle_seconds), float(r.gpu_seconds)),
+            "idle_cost": float(r.idle_cost),
+        }
+        for account, r in grouped.iterrows()
+    ]
+    out.sort(key=lambda r: (-r["idle_gpu_hours"], r["key"]))
+    return out
+
+
+def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int) -> list[dict[str, Any]]:
+    """The jobs with the most idle GPU-hours in the month."""
+    if not len(rows):
+        return []
+    idle = rows.groupby("job_id")["idle_seconds"].sum()
+    idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
+    facts = usage.jobs.set_index("job_id")
+    out = []
+    for job_id in idle.index:
+        job = facts.loc[job_id]
+        figures = _figures(rows[rows["job_id"] == job_id])
+        out.append(
+            {
+                "job_id": str(job["job_id_text"]),
+                "name": str(job["name"]),
+                "user": str(job["user"]),
+                "account": str(job["account"]),
+                "partition": str(job["partition"]),
+                "state": str(job["state"]),
+                "gpus": int(job["alloc_gpus"] or 0),
+                **{k: figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
+                "idle_percent": figures["idle_percent"],
+                "cost": figures["cost"],
+            }
+        )
+    return out
+
+
+def _queue(usage: Usage, since: float, until: float) -> list[dict[str, Any]]:
+    """Start - Submit of the jobs that started in the month, per partition and overall."""
+    jobs = usage.jobs
+    start = pd.to_numeric(jobs["start_time"], errors="coerce")
+    submit = pd.to_numeric(jobs["submit_time"], errors="coerce")
+    began = jobs[(start >= since) & (start < until) & submit.notna()]
+    wait = (start - submit)[began.index].clip(lower=0.0)
+    out = []
+    groups = [(str(p), wait[began["partition"] == p]) for p in sorted(set(began["partition"]))]
+    for name, part in [*groups, ("ALL", wait)]:
+        out.append(
+            {
+                "key": name,
+                "jobs": len(part),
+                "mean_seconds": float(part.mean()) if len(part) else None,
+                "median_seconds": float(part.median()) if len(part) else None,
+                "p95_seconds": float(part.quantile(0.95)) if len(part) else None,
+                "max_seconds": float(part.max()) if len(part) else None,
+                "_total": name == "ALL",
+            }
+        )
+    return out
+
+
+def _kind(entry: AuditEntry) -> str:
+    if entry.action == "warn":
+        return "warning"
+    if entry.action == "cancel":
+        return "cancellation"
+    if entry.policy == "gpu_quota" and entry.action in QUOTA_ACTIONS:
+        return "quota action"
+    return "other"
+
+
+def _actions(entries: Sequence[AuditEntry], usage: Usage) -> list[dict[str, Any]]:
+    """One record per enforced audit entry, with GPU-hours returned for done cancellations."""
+    facts: dict[int, dict[str, Any]] = {
+        int(j["job_id"]): {str(k): v for k, v in j.items()} for j in usage.jobs.to_dict("records")
+    }
+    out = []
+    for e in entries:
+        returned: float | None = None
+        job = facts.get(e.job_id) if e.job_id is not None else None
+        done = e.outcome in ("done", "recorded")
+        if e.action == "cancel" and e.outcome == "done":
+            returned = _returned(job, e.time)
+        out.append(
+            {
+                "time": e.time,
+                "kind": _kind(e),
+                "policy": e.policy,
+                "action": e.action,
+                "target": e.target,
+                "job_id": e.job_id,
+                "user": e.user,
+                "account": e.account,
+                "outcome": e.outcome,
+                "done": done,
+                "gpus": int(job["alloc_gpus"] or 0) if job else None,
+                "gpu_hours_returned": returned,
+                "reason": e.reason,
+            }
+        )
+    return out
+
+
+def _returned(job: Mapping[str, Any] | None, at: float) -> float | None:
+    """GPUs x (Start + Timelimit - cancel time), hours; None when the limit is unknown."""
+    if job is None:
+        return None
+    start: Any = job.get("start_time")
+    limit: Any = job.get("time_limit_seconds")
+    if not _known(start) or not _known(limit):
+        return None
+    return int(job.get("alloc_gpus") or 0) * max(float(start) + float(limit) - at, 0.0) / 3600.0
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _controller(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Counts per kind, policy and action: entries, done, failed, jobs, GPU-hours returned."""
+    groups: dict[tuple[str, str, str], list[Mapping[str, Any]]] = {}
+    for a in actions:
+        groups.setdefault((a["kind"], a["policy"], a["action"]), []).append(a)
+    out = []
+    for (kind, policy, action), part in sorted(groups.items()):
+        returned = [a["gpu_hours_returned"] for a in part if a["gpu_hours_returned"] is not None]
+        out.append(
+            {
+                "kind": kind,
+                "policy": policy,
+                "action": action,
+                "entries": len(part),
+                "done": sum(1 for a in part if a["done"]),
+                "failed": sum(1 for a in part if str(a["outcome"]).startswith("failed")),
+                "jobs": len({a["job_id"] for a in part if a["job_id"] is not None}),
+                "gpu_hours_returned": sum(returned) if returned else None,
+                "unknown_limit": sum(
+                    1 for a in part if a["outcome"] == "done" and a["gpu_hours_returned"] is None
+                )
+                if kind == "cancellation"
+                else None,
+            }
+        )
+    return out
+
+
+# ---- output --------------------------------------------------------------------------
+
+CSV_FILES: dict[str, tuple[str, list[str]]] = {
+    "overview.csv": ("overview", []),
+    "accounts.csv": ("accounts", ["key", "jobs", "users", "gpu_hours", "cost", "util_mean_percent",
+                                   "idle_gpu_hours", "idle_percent", "idle_cost", "gpu_mem_hours",
+                                   "energy_kwh"]),
+    "users.csv": ("users", ["key", "account", "jobs", "gpu_hours", "cost", "util_mean_percent",
+                             "idle_gpu_hours", "idle_percent", "idle_cost", "gpu_mem_hours",
+                             "energy_kwh"]),
+    "utilization.csv": ("utilization", ["bin", "gpu_hours", "gpus", "share_percent"]),
+    "idle_waste.csv": ("idle", ["key", "idle_gpu_hours", "gpu_hours", "idle_percent",
+                                "idle_cost"]),
+    "top_waste_jobs.csv": ("waste_jobs", ["job_id", "name", "user", "account", "partition",
+                                          "state", "gpus", "gpu_hours", "idle_gpu_hours",
+                                          "idle_percent", "util_mean_percent", "cost"]),
+    "queue_wait.csv": ("queue", ["key", "jobs", "mean_seconds", "median_seconds", "p95_seconds",
+                                 "max_seconds"]),
+    "node_heatmap.csv": ("nodes", []),
+    "controller_actions.csv": ("actions", ["time", "kind", "policy", "action", "target",
+                                           "job_id", "user", "account", "outcome", "gpus",
+                                           "gpu_hours_returned", "reason"]),
+}  # fmt: skip
+HEADERS = {"key": "name"}
+
+
+def write_monthly(report: MonthlyReport, out: Path) -> list[Path]:
+    """index.html and one CSV per section into `out` (created); returns the files."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (attribute, columns) in CSV_FILES.items():
+        path = out / name
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            if attribute == "overview":
+                writer.writerow(["figure", "value"])
+                for key, value in report.overview.items():
+                    writer.writerow([key, _cell(value)])
+            elif attribute == "nodes":
+                writer.writerow(["node", "gpus", "gpu_hours", "occupancy_percent", "hot",
+                                 *[f"day_{d}_percent" for d in report.days]])  # fmt: skip
+                for n in report.nodes:
+                    writer.writerow(
+                        [n["node"], n["gpus"], _cell(n["gpu_hours"]),
+                         _cell(n["occupancy_percent"]), n["hot"],
+                         *[_cell(v) for v in n["daily_percent"]]]
+                    )  # fmt: skip
+            else:
+                writer.writerow([HEADERS.get(c, c) for c in columns])
+                for record in getattr(report, attribute):
+                    writer.writerow([_cell(record.get(c)) for c in columns])
+        written.append(path)
+    page = out / "index.html"
+    page.write_text(render_page(report), encoding="utf-8")
+    return [page, *written]
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
