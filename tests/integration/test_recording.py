@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from slurm_gpu.config import load_config
-from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.slurm.admin_comment import parse_token
 from slurm_gpu.store import Store
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import TestBed, wait_summaries
 
 INTERVAL = 5.0  # node.interval in the test bed's slurm-gpu.toml
 
@@ -28,20 +27,6 @@ def elapsed_seconds(text: str) -> float:
     days, _, hms = text.rpartition("-")
     h, m, s = (int(x) for x in hms.split(":"))
     return int(days or 0) * 86400 + h * 3600 + m * 60 + s
-
-
-def wait_summaries(
-    store: Store, job_id: int, gpus: int, timeout: float = 90
-) -> list[JobGpuSummary]:
-    """Polls the store until the job's per-GPU summaries have all arrived."""
-    deadline = time.monotonic() + timeout
-    rows: list[JobGpuSummary] = []
-    while time.monotonic() < deadline:
-        rows = store.job_summaries(job_id)
-        if len(rows) >= gpus:
-            return rows
-        time.sleep(1)
-    raise AssertionError(f"job {job_id}: {len(rows)} of {gpus} GPU summaries in the store")
 
 
 @pytest.fixture(scope="module")

@@ -20,24 +20,10 @@ import pytest
 from slurm_gpu.config import load_config
 from slurm_gpu.models import GpuInterval, JobGpuSummary
 from slurm_gpu.store import Store
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import TestBed, wait_summaries
 
 INTERVAL = 5.0
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
-
-
-def wait_summaries(
-    store: Store, job_id: int, gpus: int, timeout: float = 120
-) -> list[JobGpuSummary]:
-    """Polls the store until the job's per-GPU summaries have all arrived."""
-    deadline = time.monotonic() + timeout
-    rows: list[JobGpuSummary] = []
-    while time.monotonic() < deadline:
-        rows = store.job_summaries(job_id)
-        if len(rows) >= gpus:
-            return rows
-        time.sleep(1)
-    raise AssertionError(f"job {job_id}: {len(rows)} of {gpus} GPU summaries in the store")
 
 
 def job_intervals(store: Store, summary: JobGpuSummary) -> list[GpuInterval]:

@@ -13,6 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slurm_gpu.models import JobGpuSummary
+from slurm_gpu.store import Store
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = REPO_ROOT / "docker" / "slurm-cluster" / "local-cluster"
 TERMINAL_STATES = frozenset(
@@ -202,3 +205,17 @@ class TestBed:
             timeout=60,
         ).stdout
         return json.loads(out)
+
+
+def wait_summaries(
+    store: Store, job_id: int, gpus: int, timeout: float = 120
+) -> list[JobGpuSummary]:
+    """Polls the store until the job's per-GPU summaries have all arrived."""
+    deadline = time.monotonic() + timeout
+    rows: list[JobGpuSummary] = []
+    while time.monotonic() < deadline:
+        rows = store.job_summaries(job_id)
+        if len(rows) >= gpus:
+            return rows
+        time.sleep(1)
+    raise AssertionError(f"job {job_id}: {len(rows)} of {gpus} GPU summaries in the store")
