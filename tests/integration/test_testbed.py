@@ -172,6 +172,7 @@ def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
         "SLURM_GPU_NODE2_PORT": "17902",
         "SLURM_GPU_CLUSTER_NAME": "lifecycle",
         "SLURM_GPU_METRICS_PORT_BASE": "19950",
+        "SLURM_GPU_PROM_PORT": "19190",
     }
     pids: dict[str, str] = {}
     try:
