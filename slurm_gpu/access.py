@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.slurm.runner import CommandRunner
-from slurm_gpu.slurm.sacct import sacctmgr_admin_levels, sacctmgr_coordinators
+from slurm_gpu.slurm.sacctmgr import (
+    ADMIN_LEVEL_ARGV,
+    COORDINATOR_ARGV,
+    parse_admin_levels,
+    parse_coordinators,
+)
 
 ADMIN_LEVELS = frozenset({"operator", "administrator"})
 
@@ -111,32 +116,20 @@ def resolve_scope(
         slurm_user = _slurm_user(runner)
     if slurm_user and caller.name == slurm_user:
         return Scope(caller, True, reason="SlurmUser")
+    # An unparsable line is left out (never widening what anyone sees).
     try:
-        levels = sacctmgr_admin_levels(
-            runner(["sacctmgr", "-n", "-P", "show", "user", "format=User,AdminLevel"])
-        )
+        levels, _problems = parse_admin_levels(runner(ADMIN_LEVEL_ARGV))
     except SlurmError:
         levels = {}
     level = levels.get(caller.name, "")
     if level.lower() in ADMIN_LEVELS:
         return Scope(caller, True, reason=f"AdminLevel={level}")
     try:
-        coordinated = sacctmgr_coordinators(
-            runner(
-                [
-                    "sacctmgr",
-                    "-n",
-                    "-P",
-                    "show",
-                    "account",
-                    "withcoord",
-                    "format=Account,Coordinators",
-                ]
-            )
-        )
+        coordinators, _problems = parse_coordinators(runner(COORDINATOR_ARGV))
     except SlurmError:
-        coordinated = {}
-    accounts = frozenset(coordinated.get(caller.name, ()))
+        coordinators = {}
+    # {account: coordinators} -> the accounts this caller coordinates.
+    accounts = frozenset(a for a, users in coordinators.items() if caller.name in users)
     return Scope(caller, False, accounts, reason="coordinator" if accounts else "")
 
 

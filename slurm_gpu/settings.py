@@ -173,9 +173,13 @@ def _convert(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> 
     if hint is float:
         if isinstance(raw, bool) or not isinstance(raw, int | float):
             raise _Invalid(f"expected a number, got {_show(raw)}")
-        if not math.isfinite(raw):
+        try:
+            number = float(raw)
+        except OverflowError:  # an integer beyond a float's range (about 1.8e308)
+            raise _Invalid(f"expected a finite number, got {_show(raw)}") from None
+        if not math.isfinite(number):
             raise _Invalid(f"expected a finite number, got {_show(raw)}")
-        return float(raw)
+        return number
     if hint is str:
         return _expect(raw, str, "a string")
     if hint is Path:
@@ -251,7 +255,12 @@ def _show(raw: Any) -> str:
         return f"{str(raw).lower()} (boolean)"
     kind = {int: "integer", float: "float", str: "string", list: "array", dict: "table"}
     name = next((n for t, n in kind.items() if isinstance(raw, t)), type(raw).__name__)
-    text = json.dumps(raw, default=str, ensure_ascii=False)
+    if isinstance(raw, int) and raw.bit_length() > 200:
+        # Too long to show whole, and str() of a huge int can itself fail (the
+        # interpreter's 4300-digit limit): show its size instead.
+        text = f"{'-' if raw < 0 else ''}~2**{raw.bit_length()}"
+    else:
+        text = json.dumps(raw, default=str, ensure_ascii=False)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{text} ({name})"

@@ -24,11 +24,15 @@ def _now_local() -> Any:
 
 
 def _time(text: str | None, option: str) -> float | None:
+    """-S/-E as sacct takes them; a bad time is a usage error (exit 2) naming the option."""
     if text is None:
         return None
     from slurm_gpu.slurm.timespec import parse_time
 
-    return parse_time(text, _now_local(), argument=option)
+    try:
+        return parse_time(text, _now_local(), argument=option)
+    except ValueError as exc:  # the message starts with the option's name
+        raise click.BadParameter(str(exc)) from None
 
 
 def _store(app: AppContext) -> Any:
@@ -135,9 +139,10 @@ def audit_cmd(
         job_ids = [int(j) for j in split(jobs)]
     except ValueError:
         raise click.BadParameter(f"job ids must be numbers: {jobs!r}", param_hint="-j") from None
+    since, until = _time(start, "-S/--starttime"), _time(end, "-E/--endtime")
     entries = ControlStore(_store(app)).audit_entries(
-        since=_time(start, "-S/--starttime"),
-        until=_time(end, "-E/--endtime"),
+        since=since,
+        until=until,
         users=split(users),
         accounts=split(accounts),
         job_ids=job_ids,

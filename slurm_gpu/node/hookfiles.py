@@ -46,21 +46,32 @@ def parse_fields(text: str, where: str) -> dict[str, str]:
     return fields
 
 
+def _is_number(text: str) -> bool:
+    # ASCII digits only: str.isdigit() also accepts '²', which int() then refuses.
+    # At most 18 of them: no hook value (job id, uid, index, exit code) is longer,
+    # and int() refuses more than 4300.
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+
+
+def _brief(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+
+
 def _int(fields: dict[str, str], key: str, where: str, required: bool = False) -> int | None:
     value = fields.get(key, "")
     if value == "":
         if required:
             raise HookFileError(f"{where}: {key} is missing")
         return None
-    if not value.isdigit():
-        raise HookFileError(f"{where}: {key} must be digits, got {value!r}")
+    if not _is_number(value):
+        raise HookFileError(f"{where}: {key} must be digits, got {_brief(value)}")
     return int(value)
 
 
 def _indices(text: str, where: str) -> tuple[int, ...]:
     parts = [p for p in text.split(",") if p]
-    if not all(p.isdigit() for p in parts):
-        raise HookFileError(f"{where}: gpu_indices must be digits, got {text!r}")
+    if not all(_is_number(p) for p in parts):
+        raise HookFileError(f"{where}: gpu_indices must be digits, got {_brief(text)}")
     return tuple(int(p) for p in parts)
 
 

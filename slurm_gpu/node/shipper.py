@@ -3,20 +3,31 @@
 Rows leave the spool only after the store committed them; every row carries an
 idempotency key, so a crash between commit and delete ships it again harmlessly.
 While the store is down the shipper backs off (doubling up to a maximum) and the
-sampler keeps filling the spool; it catches up when the store returns.
+sampler keeps filling the spool; it catches up when the store returns. A row that does
+not decode (a damaged payload, an unknown kind) would fail every retry and block the
+rows behind it: it is moved, whole, to the spool's `quarantine` table instead.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobEvent, JobGpuSummary
-from slurm_gpu.node.spool import Spool, decode_event, decode_interval, decode_summary
+from slurm_gpu.node.spool import (
+    Spool,
+    SpoolError,
+    decode_activity,
+    decode_event,
+    decode_interval,
+    decode_inventory,
+    decode_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,33 @@ class StoreSink(Protocol):
 _ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "summary": 4}
 
 
+@dataclass
+class _Batch:
+    """One batch of outbox rows, decoded; `bad` holds (id, error) of those that failed."""
+
+    events: list[JobEvent] = field(default_factory=list)
+    inventory: list[tuple[list[GpuDevice], float]] = field(default_factory=list)
+    activity: list[GpuActivity] = field(default_factory=list)
+    intervals: list[GpuInterval] = field(default_factory=list)
+    summaries: list[JobGpuSummary] = field(default_factory=list)
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, kind: str, payload: str) -> None:
+        """Decodes one row into its list. Raises SpoolError."""
+        if kind == "event":
+            self.events.append(decode_event(payload))
+        elif kind == "inventory":
+            self.inventory.append(decode_inventory(payload))
+        elif kind == "activity":
+            self.activity.append(decode_activity(payload))
+        elif kind == "interval":
+            self.intervals.append(decode_interval(payload))
+        elif kind == "summary":
+            self.summaries.append(decode_summary(payload))
+        else:
+            raise SpoolError(f"outbox row of unknown kind {kind!r}")
+
+
 class Shipper:
     """Moves outbox rows to the store in batches.
 
@@ -48,6 +86,7 @@ class Shipper:
         backoff_max: longest wait between retries while the store is down, seconds.
         on_summaries: called with the job ids whose summaries the store just committed
             (writes the AdminComment); its failures are logged, never retried forever.
+        clock: POSIX time, for when a row was quarantined.
     """
 
     def __init__(
@@ -58,6 +97,7 @@ class Shipper:
         batch_size: int = 5000,
         backoff_max: float = 300.0,
         on_summaries: Callable[[list[int]], None] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.spool = spool
         self.store = store
@@ -65,48 +105,68 @@ class Shipper:
         self.batch_size = batch_size
         self.backoff_max = backoff_max
         self.on_summaries = on_summaries
+        self.clock = clock
         self.failures = 0
         self.shipped_total = 0
 
     def ship_once(self) -> int:
         """Ships one batch; returns rows shipped (0: outbox empty). Raises on store errors."""
+        return self._ship_batch()[1]
+
+    def _ship_batch(self) -> tuple[int, int]:
+        """(rows taken off the outbox, rows of them shipped); the rest were quarantined."""
         rows = self.spool.pending(self.batch_size)
         if not rows:
-            return 0
+            return 0, 0
         rows.sort(key=lambda r: (_ORDER.get(r[1], 9), r[0]))
-        events = [decode_event(p) for _, kind, _, p in rows if kind == "event"]
-        intervals = [decode_interval(p) for _, kind, _, p in rows if kind == "interval"]
-        summaries = [decode_summary(p) for _, kind, _, p in rows if kind == "summary"]
-        inventory = [p for _, kind, _, p in rows if kind == "inventory"]
-        activity = [GpuActivity(**json.loads(p)) for _, kind, _, p in rows if kind == "activity"]
-        if events:
-            self.store.add_events(events)
-        for payload in inventory:
-            data = json.loads(payload)
-            devices = [GpuDevice(**d) for d in data["devices"]]
-            self.store.upsert_inventory(self.node, devices, data["seen_at"])
-        if activity:
-            self.store.add_activity(activity)
-        if intervals:
-            self.store.add_intervals(intervals)
+        batch = _Batch()
+        keys = {row_id: key for row_id, _kind, key, _payload in rows}
+        for row_id, kind, _key, payload in rows:
+            try:
+                batch.add(kind, payload)
+            except SpoolError as exc:
+                batch.bad.append((row_id, str(exc)))
+        if batch.bad:
+            # Before shipping: these rows would fail every retry and block the outbox.
+            self.spool.quarantine(batch.bad, self.clock())
+            for row_id, error in batch.bad:
+                log.error(
+                    "outbox row %r moved to the quarantine table of %s: %s",
+                    keys[row_id],
+                    self.spool.path,
+                    error,
+                )
+        if batch.events:
+            self.store.add_events(batch.events)
+        for devices, seen_at in batch.inventory:
+            self.store.upsert_inventory(self.node, devices, seen_at)
+        if batch.activity:
+            self.store.add_activity(batch.activity)
+        if batch.intervals:
+            self.store.add_intervals(batch.intervals)
+        summaries = batch.summaries
         if summaries:
             self.store.add_summaries(summaries)
             self.store.forget_activity(sorted({s.job_id for s in summaries}))
-        self.spool.delete([r[0] for r in rows])
-        self.shipped_total += len(rows)
+        bad = {row_id for row_id, _ in batch.bad}
+        self.spool.delete([r[0] for r in rows if r[0] not in bad])
+        shipped = len(rows) - len(bad)
+        self.shipped_total += shipped
         if summaries and self.on_summaries is not None:
             try:
                 self.on_summaries(sorted({s.job_id for s in summaries}))
             except SlurmGpuError as exc:
                 log.warning("could not write job summaries to Slurm: %s", exc)
-        return len(rows)
+        return len(rows), shipped
 
     def drain(self) -> int:
         """Ships until the outbox is empty; returns rows shipped."""
         total = 0
-        while (n := self.ship_once()) > 0:
-            total += n
-        return total
+        while True:
+            taken, shipped = self._ship_batch()
+            if taken == 0:
+                return total
+            total += shipped
 
     def run(self, stop: threading.Event, idle_wait: float = 1.0) -> None:
         """Ships until `stop` is set, backing off while the store is unreachable."""

@@ -9,21 +9,34 @@ What the agent has seen lives here until the accounting store has committed it:
 - `job_acc`: running per-job-per-GPU totals, turned into summaries at the job's end.
 - `gpu_state`: per GPU, when it was last read, its newest sample and energy counter, so a
   restarted agent neither double counts nor invents the time it was down.
+- `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
+  kind), kept whole with the reason for the admin instead of blocking the outbox.
 Every tick is one transaction: a crash loses at most the tick in progress.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import sqlite3
+import types
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+)
 from slurm_gpu.node.attribution import JobSpan, Piece
 
 SCHEMA = """
@@ -59,13 +72,22 @@ CREATE TABLE IF NOT EXISTS job_acc (
 CREATE TABLE IF NOT EXISTS gpu_state (
     uuid TEXT PRIMARY KEY, last_read REAL, last_sample REAL, last_energy REAL
 );
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    error TEXT NOT NULL,
+    quarantined_at REAL NOT NULL
+);
 """
 
 NO_JOB = 0  # pieces.job_id for time a GPU was held by no job (Slurm job ids start at 1)
 
 
 class SpoolError(SlurmGpuError):
-    """The spool database cannot be opened or written (disk full, permissions)."""
+    """The spool database cannot be opened or written (disk full, permissions), or an
+    outbox payload does not decode into its model."""
 
 
 class Spool:
@@ -422,6 +444,28 @@ class Spool:
         """Rows waiting to be shipped."""
         return int(self._db.execute("SELECT count(*) FROM outbox").fetchone()[0])
 
+    def quarantine(self, rows: list[tuple[int, str]], now: float) -> None:
+        """Moves outbox rows that cannot be shipped into `quarantine`, whole.
+
+        Args:
+            rows: (outbox id, why it cannot be shipped).
+            now: when, POSIX seconds.
+        """
+        with self.transaction() as db:
+            for row_id, error in rows:
+                db.execute(
+                    "INSERT INTO quarantine (kind, key, payload, error, quarantined_at)"
+                    " SELECT kind, key, payload, ?, ? FROM outbox WHERE id = ?",
+                    (error, now, row_id),
+                )
+                db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
+
+    def quarantined(self) -> list[tuple[str, str, str, str]]:
+        """Quarantined rows, oldest first: (kind, key, payload, error)."""
+        return self._db.execute(
+            "SELECT kind, key, payload, error FROM quarantine ORDER BY id"
+        ).fetchall()
+
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, JobEventKind):
@@ -429,21 +473,120 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
 
+# --- decoding outbox payloads ------------------------------------------------------------
+# The outbox is written by this program, but it is a file on a node's disk that outlives
+# upgrades and can be damaged; a payload is checked field by field, so a bad row is a
+# SpoolError naming the row kind and field, never a TypeError deep in the store.
+
+_M = TypeVar("_M")
+_INT_RANGE = 2**63  # the store's BIGINT
+
+
 def decode_interval(payload: str) -> GpuInterval:
-    """An outbox `interval` payload back into its model."""
-    data = json.loads(payload)
-    data["unallocated_pids"] = tuple(data.get("unallocated_pids") or ())
-    return GpuInterval(**data)
+    """An outbox `interval` payload back into its model. Raises SpoolError."""
+    return _decode_model("interval", GpuInterval, _load("interval", payload))
 
 
 def decode_event(payload: str) -> JobEvent:
-    """An outbox `event` payload back into its model."""
-    data = json.loads(payload)
-    data["kind"] = JobEventKind(data["kind"])
-    data["gpu_indices"] = tuple(data.get("gpu_indices") or ())
-    return JobEvent(**data)
+    """An outbox `event` payload back into its model. Raises SpoolError."""
+    return _decode_model("event", JobEvent, _load("event", payload))
 
 
 def decode_summary(payload: str) -> JobGpuSummary:
-    """An outbox `summary` payload back into its model."""
-    return JobGpuSummary(**json.loads(payload))
+    """An outbox `summary` payload back into its model. Raises SpoolError."""
+    return _decode_model("summary", JobGpuSummary, _load("summary", payload))
+
+
+def decode_activity(payload: str) -> GpuActivity:
+    """An outbox `activity` payload back into its model. Raises SpoolError."""
+    return _decode_model("activity", GpuActivity, _load("activity", payload))
+
+
+def decode_inventory(payload: str) -> tuple[list[GpuDevice], float]:
+    """An outbox `inventory` payload: (devices, seen_at). Raises SpoolError."""
+    data = _load("inventory", payload)
+    if not isinstance(data, dict) or set(data) != {"devices", "seen_at"}:
+        raise SpoolError(
+            f"outbox inventory row: expected an object with devices and seen_at, got {_brief(data)}"
+        )
+    devices = data["devices"]
+    if not isinstance(devices, list):
+        raise SpoolError(f"outbox inventory row: devices: expected a list, got {_brief(devices)}")
+    seen_at = _decode_value("inventory", "seen_at", float, data["seen_at"])
+    assert isinstance(seen_at, float)
+    return [_decode_model("inventory", GpuDevice, d) for d in devices], seen_at
+
+
+def _load(kind: str, payload: str) -> Any:
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too-long integers
+        raise SpoolError(f"outbox {kind} row: payload is not JSON ({exc})") from None
+
+
+def _decode_model(kind: str, model: type[_M], data: Any) -> _M:
+    if not isinstance(data, dict):
+        raise SpoolError(f"outbox {kind} row: expected a JSON object, got {_brief(data)}")
+    fields = {f.name: f for f in dataclasses.fields(model) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(str(name) for name in data if name not in fields)
+    if unknown:
+        raise SpoolError(f"outbox {kind} row: unknown field {_brief(unknown[0])}")
+    hints = _hints(model)
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = _decode_value(kind, name, hints[name], data[name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise SpoolError(f"outbox {kind} row: field {name} is missing")
+    return model(**values)
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(model: type[Any]) -> dict[str, Any]:
+    if model not in _HINTS:  # resolving the string annotations is slow: once per model
+        _HINTS[model] = typing.get_type_hints(model)
+    return _HINTS[model]
+
+
+def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
+    """One field, checked against its annotation (str, int, float, enum, X | None,
+    tuple[int, ...]: all the models' fields use)."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        what = _EXPECTED.get(hint, "a value") + " or null"
+    else:
+        what = _EXPECTED.get(hint, "a list of integers")
+    if hint is str and isinstance(value, str):
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int and number and isinstance(value, int) and -_INT_RANGE < value < _INT_RANGE:
+        return value
+    if hint is float and number:
+        try:
+            result = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            result = math.inf
+        if math.isfinite(result):
+            return result
+    if isinstance(hint, type) and issubclass(hint, JobEventKind) and value in list(hint):
+        return hint(value)
+    if typing.get_origin(hint) is tuple and isinstance(value, list):
+        return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
+    if isinstance(hint, type) and issubclass(hint, JobEventKind):
+        what = "one of " + ", ".join(k.value for k in hint)
+    raise SpoolError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
+
+
+_EXPECTED = {str: "a string", int: "an integer", float: "a finite number"}
+
+
+def _brief(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."

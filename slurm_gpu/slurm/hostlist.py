@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from slurm_gpu.errors import SlurmError
@@ -9,14 +10,22 @@ from slurm_gpu.errors import SlurmError
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
+MAX_NAMES = 100_000
+"""Most names one expression may expand to, all ranges multiplied: a hostile or mistyped
+node list (`n[0-99999][0-99999]`) is refused instead of exhausting memory."""
+
+_RANGE = re.compile(r"([0-9]{1,18})(?:-([0-9]{1,18}))?")  # ASCII digits only: '²'.isdigit()
+
+
 def expand(expression: str) -> list[str]:
     """Expands a Slurm hostlist or device-file range, keeping zero padding (`n[01-03]`).
 
-    Commas outside brackets separate items. Raises SlurmError on a malformed range.
+    Commas outside brackets separate items. Raises SlurmError on a malformed range or
+    when the expression names more than MAX_NAMES in all.
     """
     items: list[str] = []
     for part in _split_top_level(expression.strip()):
-        items.extend(_expand_one(part))
+        items.extend(_expand_one(part, MAX_NAMES - len(items)))
     return items
 
 
@@ -28,32 +37,50 @@ def _split_top_level(text: str) -> list[str]:
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise SlurmError(f"unbalanced ']' in {text!r}")
+                raise SlurmError(f"unbalanced ']' in {_brief(text)}")
         if char == "," and depth == 0:
             parts.append(current)
             current = ""
         else:
             current += char
     if depth != 0:
-        raise SlurmError(f"unbalanced '[' in {text!r}")
+        raise SlurmError(f"unbalanced '[' in {_brief(text)}")
     parts.append(current)
     return [p for p in parts if p]
 
 
-def _expand_one(item: str) -> list[str]:
-    match = _BRACKET.search(item)
+def _expand_one(item: str, budget: int) -> list[str]:
+    # re.split with one group alternates literal text and bracket contents.
+    pieces = _BRACKET.split(item)
+    choices: list[list[str]] = []
+    count = 1
+    for number, piece in enumerate(pieces):
+        if number % 2 == 0:
+            if "[" in piece or "]" in piece:
+                raise SlurmError(f"nested brackets in {_brief(item)}")
+            choices.append([piece])
+            continue
+        ranges = [_parse_range(rng, item) for rng in piece.split(",")]
+        count *= sum(end - start + 1 for start, end, _width in ranges)
+        if count > budget:
+            raise SlurmError(f"{_brief(item)} expands to more than {MAX_NAMES} names")
+        choices.append(
+            [f"{n:0{width}d}" for start, end, width in ranges for n in range(start, end + 1)]
+        )
+    return ["".join(names) for names in itertools.product(*choices)]
+
+
+def _parse_range(rng: str, item: str) -> tuple[int, int, int]:
+    """`01-03` -> (1, 3, 2): first, last, zero-padded width (0: none)."""
+    match = _RANGE.fullmatch(rng)
     if match is None:
-        return [item]
-    head, tail = item[: match.start()], item[match.end() :]
-    expanded: list[str] = []
-    for rng in match.group(1).split(","):
-        lo, sep, hi = rng.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()):
-            raise SlurmError(f"bad range {rng!r} in {item!r}")
-        width = len(lo) if lo.startswith("0") else 0
-        start, end = int(lo), int(hi) if sep else int(lo)
-        if end < start or end - start > 100_000:
-            raise SlurmError(f"bad range {rng!r} in {item!r}")
-        for n in range(start, end + 1):
-            expanded.extend(_expand_one(f"{head}{n:0{width}d}{tail}"))
-    return expanded
+        raise SlurmError(f"bad range {_brief(rng)} in {_brief(item)}")
+    lo, hi = match.group(1), match.group(2)
+    start, end = int(lo), int(hi if hi is not None else lo)
+    if end < start:
+        raise SlurmError(f"bad range {_brief(rng)} in {_brief(item)}")
+    return start, end, len(lo) if lo.startswith("0") else 0
+
+
+def _brief(text: str) -> str:
+    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")

@@ -37,7 +37,10 @@ class SlurmCommands:
             done = subprocess.run(
                 [program, *argv[1:]],
                 capture_output=True,
-                text=True,
+                # Slurm prints job names and comments as the user wrote them, in any
+                # encoding: a Latin-1 name must not make the whole listing unreadable.
+                encoding="utf-8",
+                errors="replace",
                 timeout=self.timeout,
                 env=env,
                 check=False,

@@ -239,32 +239,6 @@ def _exit_code(text: str) -> int | None:
     return int(code) if code.isdigit() else None
 
 
-def sacctmgr_admin_levels(text: str) -> dict[str, str]:
-    """`sacctmgr -n -P show user format=User,AdminLevel` -> {user: level}."""
-    levels: dict[str, str] = {}
-    for line in text.splitlines():
-        user, sep, level = line.partition("|")
-        if sep and user.strip():
-            levels[user.strip()] = level.strip()
-    return levels
-
-
-def sacctmgr_coordinators(text: str) -> dict[str, tuple[str, ...]]:
-    """`sacctmgr -n -P show account withcoord format=Account,Coordinators` -> {user: accounts}.
-
-    Coordinators are comma-separated user names.
-    """
-    accounts: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        account, sep, coords = line.partition("|")
-        if not sep or not account.strip():
-            continue
-        for user in (c.strip() for c in coords.split(",")):
-            if user:
-                accounts.setdefault(user, []).append(account.strip())
-    return {user: tuple(sorted(a)) for user, a in accounts.items()}
-
-
 def group_by_id(jobs: Iterable[SacctJob]) -> dict[int, SacctJob]:
     """{job_id: job}; a later row for the same id (a requeued job) wins."""
     return {job.job_id: job for job in jobs}

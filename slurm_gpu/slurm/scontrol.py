@@ -28,29 +28,51 @@ from slurm_gpu.slurm.hostlist import expand as expand_hostlist
 NodeGpus = tuple[tuple[str, tuple[int, ...]], ...]
 """((node, (Slurm GPU index, ...)), ...) in the order scontrol printed the nodes."""
 
-_RECORD_START = re.compile(r"^JobId=(\d+)\b", re.MULTILINE)
+_RECORD_START = re.compile(r"^JobId=([0-9]+)\b", re.MULTILINE)
+_INDEX_RANGE = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+
+MAX_GPU_INDEX = 1023
+"""The highest GPU index believed on one node (a node has at most a few hundred GPUs);
+a larger one is damage, and would otherwise make `0-999999999` a billion-item tuple."""
+
+_MAX_JOB_ID = 2**32  # Slurm job ids are uint32
 _DETAIL_LINE = re.compile(r"^\s+Nodes=(\S+)\s(?:.*\s)?GRES=(\S*)\s*$")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:(),]+))?(?::(\d+))?\(IDX:([^)]*)\)")
 
 
 def parse_index_list(text: str) -> tuple[int, ...]:
-    """ "0-1,3" -> (0, 1, 3); "N/A" or "" -> (). Raises ValueError when malformed."""
+    """ "0-1,3" -> (0, 1, 3); "N/A" or "" -> ().
+
+    Raises ValueError when malformed, SlurmError for an index above MAX_GPU_INDEX.
+    """
     text = text.strip()
     if text in ("", "N/A"):
         return ()
     indices: list[int] = []
     for part in text.split(","):
-        lo, sep, hi = part.partition("-")
-        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
-            raise ValueError(f"bad GPU index range {part!r}")
-        indices.extend(range(int(lo), int(hi if sep else lo) + 1))
+        match = _INDEX_RANGE.fullmatch(part)
+        if match is None:
+            raise ValueError(f"bad GPU index range {_brief(part)}")
+        lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
+        # Length first: int() of thousands of digits is slow, then refused.
+        if max(len(lo_text), len(hi_text)) > 6 or int(hi_text) > MAX_GPU_INDEX:
+            raise SlurmError(f"GPU index range {_brief(part)} beyond index {MAX_GPU_INDEX}")
+        lo, hi = int(lo_text), int(hi_text)
+        if hi < lo:
+            raise ValueError(f"bad GPU index range {_brief(part)}")
+        indices.extend(range(lo, hi + 1))
     return tuple(indices)
+
+
+def _brief(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def gpus_in_gres(text: str) -> tuple[int, ...]:
     """GPU indices in one node's GRES value (`gpu:a100:2(IDX:0-1),mps:0(...)` -> (0, 1)).
 
-    Raises ValueError when an entry's count disagrees with its index list.
+    Raises ValueError when an entry's count disagrees with its index list, SlurmError
+    for an absurd index.
     """
     indices: list[int] = []
     for match in _GPU_GRES.finditer(text):
@@ -80,10 +102,15 @@ def parse_job_gpu_details(
     details: dict[int, NodeGpus] = {}
     problems: list[str] = []
     starts = _record_starts(text, names)
+    # A record ends where the next one begins, so the next job's name (already
+    # skipped as its own) is never read as part of this job's body.
+    ends = [start for start, _body, _job in starts[1:]] + [len(text)] * bool(starts)
     seen: set[int] = set()
-    for (job_id, body_start), (_next_id, next_start) in zip(
-        starts, [*starts[1:], (0, len(text))], strict=True
-    ):
+    for (start, body_start, job_id), next_start in zip(starts, ends, strict=True):
+        if job_id is None:
+            line = text[start:body_start].split("\n", 1)[0]
+            problems.append(f"scontrol -d show job: bad JobId in {_brief(line)}; skipped")
+            continue
         if job_id in seen:
             # Twice: one of them came from a job name; neither can be trusted.
             details.pop(job_id, None)
@@ -97,16 +124,20 @@ def parse_job_gpu_details(
     return details, problems
 
 
-def _record_starts(text: str, names: Mapping[int, str]) -> list[tuple[int, int]]:
-    """[(job_id, offset where the record's body begins)], skipping known names."""
-    starts: list[tuple[int, int]] = []
+def _record_starts(text: str, names: Mapping[int, str]) -> list[tuple[int, int, int | None]]:
+    """[(record offset, offset where its body begins, job_id)], skipping known names.
+
+    job_id is None when the JobId is not a Slurm job id (too long, out of range).
+    """
+    starts: list[tuple[int, int, int | None]] = []
     position = 0
     while True:
         match = _RECORD_START.search(text, position)
         if match is None:
             return starts
-        job_id = int(match.group(1))
-        name = names.get(job_id)
+        digits = match.group(1)
+        job_id = int(digits) if len(digits) <= 10 and int(digits) < _MAX_JOB_ID else None
+        name = names.get(job_id) if job_id is not None else None
         marker = text.find(" JobName=", match.end())
         line_end = text.find("\n", match.end())
         line_end = len(text) if line_end < 0 else line_end
@@ -114,7 +145,7 @@ def _record_starts(text: str, names: Mapping[int, str]) -> list[tuple[int, int]]
             body_start = marker + 9 + len(name)
         else:
             body_start = line_end
-        starts.append((job_id, body_start))
+        starts.append((match.start(), body_start, job_id))
         position = max(body_start, match.end())
 
 
@@ -143,7 +174,7 @@ def gpus_from_gres_detail(nodes: tuple[str, ...], detail: tuple[str, ...]) -> No
         return None
     try:
         indices = gpus_in_gres(detail[0])
-    except ValueError:
+    except (ValueError, SlurmError):
         return None
     return ((nodes[0], indices),) if indices else ()
 

@@ -133,7 +133,8 @@ def format_argv(states: Sequence[str] = ()) -> list[str]:
 def json_number(value: Any) -> float | None:
     """A --json number: plain, numeric text, or `{"set", "infinite", "number"}`.
 
-    None for unset, infinite, NO_VAL sentinels and null. Raises ValueError otherwise.
+    None for unset, infinite, NO_VAL sentinels and null. Raises ValueError otherwise
+    (also for a bare non-finite or out-of-range number: `Infinity`, `1e999`).
     """
     if value is None:
         return None
@@ -144,14 +145,29 @@ def json_number(value: Any) -> float | None:
     if isinstance(value, bool):
         raise ValueError(f"expected a number, got {value!r}")
     if isinstance(value, int | float):
-        number = float(value)
-    elif isinstance(value, str) and re.fullmatch(r"-?\d+(\.\d+)?", value.strip()):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            raise ValueError(f"number out of range: {_brief(value)}") from None
+    elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
         number = float(value.strip())
     else:
         raise ValueError(f"expected a number, got {value!r}")
+    if math.isinf(number):
+        # JSON has no infinity; Python's json reads `Infinity` and `1e999` as one.
+        # Slurm writes an unlimited value as {"infinite": true}, handled above.
+        raise ValueError(f"expected a finite number, got {_brief(value)}")
     if math.isnan(number) or number in (_NO_VAL, _NO_VAL + 1, _NO_VAL64, _NO_VAL64 + 1):
         return None
     return number
+
+
+def _brief(value: Any) -> str:
+    """A damaged value for a problem line: short, and never itself an error."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"<{value.bit_length()}-bit integer>"  # str() fails past 4300 digits
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _json_int(value: Any) -> int | None:
@@ -317,7 +333,7 @@ def parse_squeue_json(
         try:
             job, target = _job_from_json(record, tz)
         except (ValueError, TypeError) as exc:
-            label = f"job {record['job_id']}" if "job_id" in record else f"record #{number}"
+            label = f"job {_brief(record['job_id'])}" if "job_id" in record else f"record #{number}"
             result.problems.append(f"squeue --json: {label}: {exc}; skipped")
             continue
         if wanted and job.state not in wanted:
@@ -345,7 +361,7 @@ def _json_state(value: Any) -> str:
 def _job_from_json(record: Mapping[str, Any], tz: dt.tzinfo | None) -> tuple[SlurmJob, str]:
     job_id = _json_int(record.get("job_id"))
     if job_id is None or job_id <= 0:
-        raise ValueError(f"no valid job_id ({record.get('job_id')!r})")
+        raise ValueError(f"no valid job_id ({_brief(record.get('job_id'))})")
     state = _json_state(record.get("job_state"))
     array_job = _json_int(record.get("array_job_id")) or None
     task = _json_int(record.get("array_task_id")) if array_job else None

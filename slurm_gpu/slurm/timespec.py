@@ -40,9 +40,12 @@ _UNITS = (
     ("week", 604800),
 )
 _WORDS = {"midnight": 0, "noon": 12, "fika": 15, "teatime": 16}
-_ISO_DATE = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})")
-_SHORT_DATE = re.compile(r"(\d{1,2})[./]?(\d{1,2})[./]?(\d{2})?")
-_TIME = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(am|pm)?", re.IGNORECASE)
+# [0-9], not \d or str.isdigit(): those accept other scripts' digits and '²'.
+_ISO_DATE = re.compile(r"([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})")
+_SHORT_DATE = re.compile(r"([0-9]{1,2})[./]?([0-9]{1,2})[./]?([0-9]{2})?")
+_TIME = re.compile(r"([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?\s*(am|pm)?", re.IGNORECASE)
+_DELTA = re.compile(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*")
+_MAX_SECONDS = 253402300799  # 9999-12-31T23:59:59Z: the last second a datetime can hold
 
 
 class _Bad(Exception):
@@ -70,16 +73,19 @@ def parse_time(text: str, now: dt.datetime, *, argument: str = "time") -> float:
     try:
         return _parse(text.strip(), now)
     except _Bad as exc:
+        shown = text if len(text) <= 60 else text[:57] + "..."
         raise ValueError(
-            f"{argument}: invalid time specification {text!r} ({exc}); expected {FORMS}"
+            f"{argument}: invalid time specification {shown!r} ({exc}); expected {FORMS}"
         ) from None
 
 
 def _parse(text: str, now: dt.datetime) -> float:
     if text[:3].lower() == "uts":
         digits = text[3:]
-        if not digits.isdigit() or int(digits) < 1_000_000:
+        if not re.fullmatch(r"[0-9]{1,20}", digits) or int(digits) < 1_000_000:
             raise _Bad("uts needs POSIX seconds")
+        if int(digits) > _MAX_SECONDS:
+            raise _Bad("uts seconds beyond the year 9999")
         return float(int(digits))
     if not text:
         raise _Bad("empty")
@@ -109,7 +115,7 @@ def _parse(text: str, now: dt.datetime) -> float:
             date, month_day = later.date(), None
             hour, minute, second = later.hour, later.minute, later.second
             continue
-        if not char.isdigit():
+        if not "0" <= char <= "9":
             raise _Bad(f"unexpected {char!r} at position {pos + 1}")
         if text[pos + 1 : pos + 2] == ":" or text[pos + 2 : pos + 3] == ":":
             match = _TIME.match(text, pos)
@@ -180,16 +186,28 @@ def _now_delta(text: str, pos: int, now: dt.datetime) -> tuple[dt.datetime, int]
     sign = {"+": 1, "-": -1}.get(rest[0])
     if sign is None:
         raise _Bad("after 'now' expected + or -")
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", rest[1:])
+    match = _DELTA.fullmatch(rest[1:])
     if match is None:
         raise _Bad("after now+/now- expected a count and an optional unit")
     unit = match.group(2).lower()
     factor = 1 if not unit else next((f for name, f in _UNITS if name == unit), 0)
     if factor == 0:
         raise _Bad(f"unknown unit {match.group(2)!r}; use seconds, minutes, hours, days, weeks")
-    seconds = sign * int(match.group(1)) * factor
-    later = dt.datetime.fromtimestamp(now.timestamp() + seconds, tz=now.tzinfo)
+    count = match.group(1).lstrip("0") or "0"
+    # Length first: int() refuses past 4300 digits, and no offset that long is a date.
+    seconds = sign * int(count) * factor if len(count) <= 20 else sign * (_MAX_SECONDS + 1)
+    try:
+        if abs(seconds) > _MAX_SECONDS:
+            raise OverflowError
+        later = dt.datetime.fromtimestamp(now.timestamp() + seconds, tz=now.tzinfo)
+    except (OverflowError, OSError, ValueError):  # before year 1 or after 9999
+        offset = f"{rest[0]}{_brief(match.group(1))}{match.group(2)}"
+        raise _Bad(f"now{offset} is outside the years 1 to 9999") from None
     return later, len(text)
+
+
+def _brief(digits: str) -> str:
+    return digits if len(digits) <= 20 else f"{digits[:17]}... ({len(digits)} digits)"
 
 
 def format_sacct_time(seconds: float | None, tz: dt.tzinfo | None = None) -> str:

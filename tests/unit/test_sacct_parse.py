@@ -13,8 +13,6 @@ from slurm_gpu.slurm.sacct import (
     FIELDS,
     parse_sacct,
     sacct_argv,
-    sacctmgr_admin_levels,
-    sacctmgr_coordinators,
     split_records,
 )
 
@@ -145,13 +143,3 @@ def test_argv() -> None:
     assert "-a" not in argv
     assert ["-S", "2026-11-01T00:00:00", "-E", "2026-12-01T00:00:00"] == argv[7:11]
     assert ["-u", "alice", "-j", "12,13_1", "-s", "COMPLETED"] == argv[11:]
-
-
-def test_sacctmgr_parsers() -> None:
-    """AdminLevel per user; coordinators per user from the accounts' lists."""
-    assert {"alice": "None", "root": "Administrator"} == sacctmgr_admin_levels(
-        "alice|None\nroot|Administrator\n"
-    )
-    assert {"carol": ("bio", "physics"), "dave": ("bio",)} == sacctmgr_coordinators(
-        "bio|carol,dave\nphysics|carol\nroot|\n"
-    )

@@ -96,3 +96,53 @@ def test_rows_are_deleted_after_the_store_committed(spool: Spool) -> None:
     shipper = Shipper(spool, store, "gpu1", batch_size=2)
     assert 3 == shipper.drain()
     assert (0, [0.0, 60.0, 120.0]) == (spool.backlog(), [r.period_start for r in store.intervals])
+
+
+def test_corrupt_row_is_quarantined_and_the_rest_reach_the_store(spool: Spool) -> None:
+    """A row that does not decode moves, whole and with its reason, to the quarantine
+    table; the good rows around it still reach the store."""
+    with spool.transaction() as db:
+        db.execute(
+            "INSERT INTO outbox (kind, key, payload) VALUES ('interval', 'bad', '{\"node\": 1')"
+        )
+        Spool.queue(db, "interval", "i180.0", interval(180.0).__dict__)
+    store = FakeStore()
+    shipper = Shipper(spool, store, "gpu1", clock=lambda: 1000.0)
+    assert 4 == shipper.drain()
+    ((kind, key, payload, error),) = spool.quarantined()
+    assert ("interval", "bad", '{"node": 1') == (kind, key, payload)
+    assert error.startswith("outbox interval row: payload is not JSON")
+    assert (0, [0.0, 60.0, 120.0, 180.0]) == (
+        spool.backlog(),
+        [r.period_start for r in store.intervals],
+    )
+
+
+def test_rows_of_unknown_kind_and_wrong_field_types_are_quarantined(tmp_path: Path) -> None:
+    """A row of a kind the shipper does not know, or whose field has the wrong type, is
+    kept in quarantine rather than shipped, dropped, or retried forever."""
+    spool = Spool(tmp_path / "spool.db")
+    bad_interval = dict(interval(0.0).__dict__, job_id="seven")
+    with spool.transaction() as db:
+        Spool.queue(db, "bogus", "b", {"x": 1})
+        Spool.queue(db, "interval", "i0", bad_interval)
+        Spool.queue(db, "inventory", "inventory:gpu1", {"devices": [{}], "seen_at": 1.0})
+    assert 0 == Shipper(spool, FakeStore(), "gpu1").drain()
+    errors = {key: error for _kind, key, _payload, error in spool.quarantined()}
+    assert {
+        "b": "outbox row of unknown kind 'bogus'",
+        "i0": 'outbox interval row: field job_id: expected an integer or null, got "seven"',
+        "inventory:gpu1": "outbox inventory row: field uuid is missing",
+    } == errors
+    assert 0 == spool.backlog()
+
+
+def test_quarantine_survives_a_store_outage(spool: Spool) -> None:
+    """The corrupt row is set aside even when the store is down; the good rows wait."""
+    with spool.transaction() as db:
+        Spool.queue(db, "summary", "s", [1, 2])
+    store = FakeStore()
+    store.down = True
+    with pytest.raises(StoreError):
+        Shipper(spool, store, "gpu1").ship_once()
+    assert (3, ["s"]) == (spool.backlog(), [key for _k, key, _p, _e in spool.quarantined()])
