@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -153,16 +154,13 @@ class NodeAgent:
 
     def _read_gpu(
         self,
-        db: object,
+        db: sqlite3.Connection,
         device: GpuDevice,
         spans: list[JobSpan],
         state: tuple[float | None, float | None, float | None] | None,
         now: float,
         result: TickResult,
     ) -> None:
-        import sqlite3
-
-        assert isinstance(db, sqlite3.Connection)
         last_read, last_sample, last_energy = state or (None, None, None)
         continuous = last_read is not None and 0 < now - last_read <= self.max_gap
         w0 = last_read if continuous and last_read is not None else now - self.interval
@@ -209,7 +207,7 @@ class NodeAgent:
 
     def _queue_activity(
         self,
-        db: object,
+        db: sqlite3.Connection,
         uuid: str,
         span: JobSpan,
         snap: GpuSnapshot,
@@ -217,9 +215,6 @@ class NodeAgent:
         now: float,
     ) -> None:
         """The controller's view of a running job's GPU: replaced every tick."""
-        import sqlite3
-
-        assert isinstance(db, sqlite3.Connection)
         since = max(w0, span.start)
         mine = [s for s in snap.samples if since < s.time <= now]
         busy = [s.time for s in mine if s.util_percent > self.active_threshold]
