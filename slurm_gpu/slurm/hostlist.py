@@ -62,11 +62,13 @@ def _expand_one(item: str, budget: int) -> list[str]:
             continue
         ranges = [_parse_range(rng, item) for rng in piece.split(",")]
         count *= sum(end - start + 1 for start, end, _width in ranges)
-        if count > budget:
-            raise SlurmError(f"{_brief(item)} expands to more than {MAX_NAMES} names")
+        if count > budget:  # checked before the names are built
+            break
         choices.append(
             [f"{n:0{width}d}" for start, end, width in ranges for n in range(start, end + 1)]
         )
+    if count > budget:
+        raise SlurmError(f"{_brief(item)}: the list expands to more than {MAX_NAMES} names")
     return ["".join(names) for names in itertools.product(*choices)]
 
 

@@ -552,3 +552,16 @@ def test_example_config_mentions_every_key() -> None:
     example_keys = leaf_keys(tomllib.loads(text), values=values)
     example_keys |= leaf_keys(commented_examples(text), values=values)
     assert schema_keys == example_keys
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(10**400, "~2**1329 (integer)"), (-(10**5000), "-~2**16610 (integer)")],
+    ids=["1e400", "-1e5000"],  # repr() of the second fails (4300-digit limit)
+)
+def test_integer_beyond_a_float_is_a_config_error(value: int, shown: str) -> None:
+    """An integer too large for a float field names the key, not an OverflowError."""
+    with pytest.raises(ConfigError) as caught:
+        parse_settings(Config, {"node": {"active_threshold_percent": value}}, "f")
+    expected = f"f: node.active_threshold_percent: expected a finite number, got {shown}"
+    assert [expected] == caught.value.problems

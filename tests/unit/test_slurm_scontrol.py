@@ -173,3 +173,41 @@ def test_sinfo_variants() -> None:
         scontrol.NodeInfo("gpu3", "drained", "slurm-gpu: GPU lost\nsecond line", ""),
     ]
     assert (expected, 1) == (nodes, len(problems))
+
+
+def test_a_known_name_of_the_next_job_is_not_read_into_this_one() -> None:
+    """The record before a job with a forging name ends where that job begins."""
+    name = "x\n     Nodes=gpu2 CPU_IDs=0 Mem=0 GRES=gpu:a100:4(IDX:0-3)"
+    text = (
+        "JobId=1 JobName=a\n     Nodes=gpu1 CPU_IDs=0 Mem=0 GRES=gpu:a100:1(IDX:0)\n"
+        f"JobId=2 JobName={name}\n     Nodes=gpu1 CPU_IDs=1 Mem=0 GRES=gpu:a100:1(IDX:1)\n"
+    )
+    details, problems = scontrol.parse_job_gpu_details(text, {1: "a", 2: name})
+    assert ({1: (("gpu1", (0,)),), 2: (("gpu1", (1,)),)}, []) == (details, problems)
+
+
+@pytest.mark.parametrize("text", ["", "No jobs in the system\n"])
+def test_no_jobs_means_no_details(text: str) -> None:
+    """Jobs that ended between squeue and scontrol leave nothing to parse: no details."""
+    assert ({}, []) == scontrol.parse_job_gpu_details(text)
+
+
+def test_an_absurd_job_id_is_a_problem() -> None:
+    """A JobId of thousands of digits is reported and skipped, not an int() error."""
+    details, problems = scontrol.parse_job_gpu_details("JobId=" + "1" * 5000 + " JobName=x\n")
+    assert ({}, 1) == (details, len(problems))
+    assert problems[0].startswith("scontrol -d show job: bad JobId in 'JobId=111")
+
+
+@pytest.mark.parametrize("text", ["0-999999999", "1024", "0-" + "9" * 5000])
+def test_parse_index_list_refuses_absurd_indices(text: str) -> None:
+    """A node has at most a few hundred GPUs: a larger index is a SlurmError, not a
+    billion-item tuple."""
+    with pytest.raises(SlurmError, match="beyond index 1023"):
+        scontrol.parse_index_list(text)
+
+
+def test_parse_index_list_takes_ascii_digits_only() -> None:
+    """'²' passes str.isdigit() but is no index: a ValueError like other garbage."""
+    with pytest.raises(ValueError, match="bad GPU index range"):
+        scontrol.parse_index_list("²")

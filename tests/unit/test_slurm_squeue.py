@@ -283,3 +283,18 @@ def test_gpus_from_tres_prefers_the_total() -> None:
         squeue.gpus_from_tres("cpu=2,gres/gpu:a100=1,gres/gpu:h100=2"),
         squeue.gpus_from_tres("cpu=1,mem=4000M,node=1,billing=1"),
     )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        '{"job_id": Infinity, "job_state": "RUNNING", "user_name": "alice"}',
+        '{"job_id": 5, "array_job_id": 1e999, "job_state": "RUNNING", "user_name": "alice"}',
+        '{"job_id": 1' + "0" * 400 + ', "job_state": "RUNNING", "user_name": "alice"}',
+    ],
+)
+def test_json_non_finite_numbers_are_malformed_records(record: str) -> None:
+    """Infinity, 1e999 and integers beyond a float: the record is skipped and reported."""
+    result = squeue.parse_squeue_json('{"jobs": [' + record + "]}")
+    assert ([], 1) == (result.jobs, len(result.problems))
+    assert result.problems[0].endswith("; skipped")

@@ -79,6 +79,13 @@ def test_parse_time_uses_now_time_zone() -> None:
         "uts12",
         "abc",
         "now-",
+        "now+999999999999",
+        "now+99999999999weeks",
+        "now-99999999999weeks",
+        "now+" + "9" * 5000,
+        "uts²",
+        "uts99999999999999",
+        "\u0661\u0662:\u0660\u0660",  # Arabic-Indic digits: \d and isdigit() take them
     ],
 )
 def test_parse_time_rejects_the_rest(text: str) -> None:
