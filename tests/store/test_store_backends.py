@@ -343,3 +343,45 @@ def test_unopenable_sqlite_file_raises_store_error(tmp_path: object) -> None:
     """A SQLite path that cannot be created gives a StoreError, not a traceback."""
     with pytest.raises(StoreError, match="/proc/"):
         Store("sqlite:////proc/no-such/dir/store.db").upgrade()
+
+
+def test_db_prune_folds_old_readings_into_hourly_rows(store_url: str) -> None:
+    """`slurm-gpu db prune --older-than 0` rolls every reading up and deletes it."""
+    from click.testing import CliRunner
+
+    from slurm_gpu.cli.main import cli
+    from slurm_gpu.models import GpuInterval
+
+    store = Store(store_url)
+    store.upgrade()
+    rows = [
+        GpuInterval(
+            "n1",
+            "U",
+            3600.0 + 60 * k,
+            3660.0 + 60 * k,
+            7,
+            50.0,
+            60.0,
+            40.0,
+            60,
+            30.0,
+            60.0,
+            None,
+            None,
+            None,
+            10.0,
+            None,
+            None,
+        )
+        for k in range(3)
+    ]
+    store.add_intervals(rows)
+    result = CliRunner().invoke(cli, ["db", "prune", "--url", store_url, "--older-than", "0"])
+    assert (0, "3 readings folded into 1 hourly rows") == (
+        result.exit_code,
+        result.output.strip().split(": ", 1)[1],
+    )
+    assert [] == store.intervals()
+    (hour,) = store.hourly()
+    assert (180.0, 90.0) == (hour.covered_seconds, hour.active_seconds)
