@@ -238,3 +238,41 @@ def test_duration_option_rejects_bad_text() -> None:
     expected = (2, True)
     message = "Invalid value for '--idle-for': not a duration: 'soon'"
     assert expected == (result.exit_code, message in result.stderr)
+
+
+def test_check_warns_when_the_store_password_is_world_readable(tmp_path: Path) -> None:
+    """A config with a database password, mode 0644: config check says how to fix it."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "slurm-gpu.toml"
+    config.write_text('[store]\nurl = "postgresql://slurmgpu:s3cret@db.example/slurm_gpu"\n')
+    config.chmod(0o644)
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "slurm-gpu"),
+            "config",
+            "check",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert 0 == done.returncode
+    assert "readable by every user" in done.stderr and "0640" in done.stderr
+    config.chmod(0o640)
+    quiet = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "slurm-gpu"),
+            "config",
+            "check",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "warning" not in quiet.stderr
