@@ -12,10 +12,12 @@ Units: seconds, bytes, GiB-seconds, joules; the columns say so.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from slurm_gpu.access import Scope
@@ -104,22 +106,32 @@ def load_usage(
         filters: sacct's -u/-A/-r/-j/-N/-s.
         cost: prices; None leaves cost columns at 0.
     """
-    rows: dict[int, dict[str, Any]] = {}
     numeric = [int(j) for j in filters.job_ids if j.isdigit()]
     if filters.job_ids:
         since = until = None  # like sacct -j: the jobs, whenever they ran
     stored = (
-        store_usage.jobs_in_window(store, since, until, numeric)
+        store_usage.job_rows_in_window(store, since, until, numeric)
         if numeric or not filters.job_ids
         else []
     )
-    for row in stored:
-        rows[int(row["job_id"])] = _from_store(row)
-    for job in sacct_jobs or ():
-        rows[job.job_id] = _overlay(rows.get(job.job_id), job)
-    jobs = pd.DataFrame([_finish(r, now) for r in rows.values()], columns=JOB_COLUMNS)
+    if sacct_jobs:
+        columns = store_usage.JOB_ROW_COLUMNS
+        rows: dict[int, dict[str, Any]] = {}
+        for record in stored:
+            row = dict(zip(columns, record, strict=True))
+            rows[int(row["job_id"])] = _from_store(row)
+        for job in sacct_jobs:
+            rows[job.job_id] = _overlay(rows.get(job.job_id), job)
+        jobs = pd.DataFrame([_finish(r, now) for r in rows.values()], columns=JOB_COLUMNS)
+    else:
+        jobs = _stored_jobs(stored, now)
     jobs = _select(jobs, filters, scope)
-    gpus = _gpu_rows(store, [int(j) for j in jobs["job_id"]])
+    wanted = jobs["job_id"].to_numpy(dtype="int64")
+    if numeric or filters.job_ids or not len(wanted):
+        summary_rows = store_usage.summary_rows_for(store, wanted.tolist())
+    else:
+        summary_rows = _window_summaries(store, since, until, stored, wanted)
+    gpus = _gpu_rows(store, wanted, summary_rows)
     if not gpus.empty:
         counted = gpus.groupby("job_id")["gpu_uuid"].count()
         jobs["alloc_gpus"] = [
@@ -128,6 +140,92 @@ def load_usage(
         ]
     gpus = add_cost(gpus, jobs, cost)
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
+
+
+def _stored_jobs(stored: list[tuple[Any, ...]], now: float) -> pd.DataFrame:
+    """The store's job rows as the job frame, column by column: what `_from_store` and
+    `_finish` do per row, with the dtypes a frame of their records gets."""
+    raw = pd.DataFrame.from_records(stored, columns=list(store_usage.JOB_ROW_COLUMNS))
+    if raw.empty:
+        return pd.DataFrame(columns=JOB_COLUMNS)
+    text = raw["job_id"].astype(str)
+    special = (raw["array_job_id"].notna() & raw["array_task_id"].notna()) | (
+        raw["het_job_id"].notna() & raw["het_job_offset"].notna()
+    )
+    if special.any():
+        text = text.copy()
+        for i in np.flatnonzero(special.to_numpy()):
+            text.iat[int(i)] = _array_text({k: _none(raw.at[i, k]) for k in _ID_KEYS})
+    start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
+    end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
+    stop = np.where(np.isnan(end), now, end)
+    elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
+    gpus = pd.to_numeric(raw["gpus"]).fillna(0).astype("int64")
+    n = len(raw)
+    columns = {
+        "job_id": raw["job_id"],
+        "job_id_text": text,
+        "name": _text(raw["job_name"]),
+        "user": _text(raw["user"]),
+        "account": _text(raw["account"]),
+        "partition": _text(raw["partition"]),
+        "qos": pd.Series([""] * n, dtype="str"),
+        "state": _text(raw["state"]),
+        "submit_time": raw["submit_time"],
+        "start_time": raw["start_time"],
+        "end_time": raw["end_time"],
+        "elapsed_seconds": pd.Series(elapsed, dtype=float),
+        "time_limit_seconds": pd.Series([None] * n, dtype=object),
+        "nodes": _text(raw["nodes"]),
+        "alloc_gpus": gpus,
+        "exit_code": raw["exit_code"],
+    }
+    return pd.DataFrame(columns, columns=JOB_COLUMNS)
+
+
+def _text(column: pd.Series) -> pd.Series:
+    """`row.get(name) or ""` for a whole column (a str column, as for its records)."""
+    if column.dtype == object:
+        column = column.where(column.notna() & (column != ""), "").astype("str")
+    return column.fillna("") if column.hasnans else column
+
+
+_ID_KEYS = ("job_id", "array_job_id", "array_task_id", "het_job_id", "het_job_offset")
+
+
+def _none(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return int(value) if isinstance(value, float | np.integer | np.floating) else value
+
+
+def _window_summaries(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    stored: list[tuple[Any, ...]],
+    wanted: np.ndarray,
+) -> list[tuple[Any, ...]]:
+    """Summary rows of the `wanted` jobs: the window's in one joined query, the rest
+    (jobs only sacct knows) by id; in job, node, GPU order like `summaries_for`."""
+    at = store_usage.JOB_ROW_COLUMNS.index("job_id")
+    in_store = _ids(stored, at)  # sorted, like `wanted`
+    rows = (
+        store_usage.summary_rows_in_window(
+            store, since, until, (int(in_store[0]), int(in_store[-1]))
+        )
+        if len(in_store)
+        else []
+    )
+    if np.array_equal(in_store, wanted):
+        return rows
+    keep = {int(j) for j in wanted}
+    rows = [r for r in rows if r[0] in keep]
+    extra = sorted(keep - {int(j) for j in in_store})
+    if extra:
+        rows.extend(store_usage.summary_rows_for(store, extra))
+        rows.sort(key=lambda r: r[0])  # stable: each job keeps its node, GPU order
+    return rows
 
 
 def _from_store(row: dict[str, Any]) -> dict[str, Any]:
@@ -199,7 +297,11 @@ def _select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
         # A boolean Series on the frame's index: a plain empty list would select columns.
         return jobs[pd.Series(mask, index=jobs.index, dtype=bool)]
 
-    jobs = keep([scope.sees(u, a) for u, a in zip(jobs["user"], jobs["account"], strict=True)])
+    # scope.sees once per distinct (user, account): a month has ~10^5 jobs, ~10^2 pairs.
+    if not scope.all:
+        pairs = list(zip(jobs["user"], jobs["account"], strict=True))
+        seen = {pair: scope.sees(*pair) for pair in set(pairs)}
+        jobs = keep([seen[pair] for pair in pairs])
     if f.users:
         jobs = keep(list(jobs["user"].isin(f.users)))
     if f.accounts:
@@ -231,54 +333,40 @@ def _id_matches(job_id: Any, text: Any, wanted: tuple[str, ...]) -> bool:
     )
 
 
-def _gpu_rows(store: Store, job_ids: list[int]) -> pd.DataFrame:
-    if not job_ids:
+def _ids(rows: list[tuple[Any, ...]], at: int) -> np.ndarray:
+    """Column `at` (a job id) of the rows, as int64."""
+    return np.fromiter(map(operator.itemgetter(at), rows), dtype=np.int64, count=len(rows))
+
+
+def _gpu_rows(
+    store: Store, job_ids: np.ndarray, summary_rows: list[tuple[Any, ...]]
+) -> pd.DataFrame:
+    if not len(job_ids):
         return pd.DataFrame(columns=GPU_COLUMNS)
-    records: list[dict[str, Any]] = []
-    summarized: set[int] = set()
-    for s in store_usage.summaries_for(store, job_ids):
-        summarized.add(s.job_id)
-        records.append(
-            {
-                "job_id": s.job_id,
-                "node": s.node,
-                "gpu_uuid": s.gpu_uuid,
-                "gpu_model": s.gpu_model,
-                "gpu_seconds": s.gpu_seconds,
-                "active_seconds": s.active_seconds,
-                "util_mean_percent": s.util_mean_percent,
-                "util_max_percent": s.util_max_percent,
-                "mem_max_bytes": s.mem_max_bytes,
-                "mem_gib_seconds": s.mem_gib_seconds,
-                "energy_joules": s.energy_joules,
-                "missing_seconds": s.missing_seconds,
-                "source": "summary",
-                "data_until": s.end,
-            }
-        )
-    rest = [j for j in job_ids if j not in summarized]
+    records = list(summary_rows)
+    rest = np.setdiff1d(job_ids, _ids(records, 0)).tolist()  # sorted, like job_ids
     if rest:
         models = store_usage.gpu_models(store)
         for t in store_usage.interval_totals_for(store, rest):
             records.append(
-                {
-                    "job_id": t.job_id,
-                    "node": t.node,
-                    "gpu_uuid": t.gpu_uuid,
-                    "gpu_model": models.get(t.gpu_uuid, ""),
-                    "gpu_seconds": t.covered_seconds,
-                    "active_seconds": t.active_seconds,
-                    "util_mean_percent": t.util_mean_percent,
-                    "util_max_percent": t.util_max_percent,
-                    "mem_max_bytes": t.mem_max_bytes,
-                    "mem_gib_seconds": t.mem_gib_seconds,
-                    "energy_joules": t.energy_joules,
-                    "missing_seconds": 0.0,
-                    "source": "intervals",
-                    "data_until": t.last_period_end,
-                }
+                (
+                    t.job_id,
+                    t.node,
+                    t.gpu_uuid,
+                    models.get(t.gpu_uuid, ""),
+                    t.covered_seconds,
+                    t.active_seconds,
+                    t.util_mean_percent,
+                    t.util_max_percent,
+                    t.mem_max_bytes,
+                    t.mem_gib_seconds,
+                    t.energy_joules,
+                    0.0,
+                    "intervals",
+                    t.last_period_end,
+                )
             )
-    return pd.DataFrame(records, columns=GPU_COLUMNS)
+    return pd.DataFrame.from_records(records, columns=GPU_COLUMNS)
 
 
 def price_for(model: str, cost: CostSettings) -> float:
@@ -301,7 +389,9 @@ def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) 
     if gpus.empty or cost is None:
         gpus["cost"] = pd.Series(dtype=float) if gpus.empty else 0.0
         return gpus
-    prices = gpus["gpu_model"].map(lambda m: price_for(str(m), cost))
+    codes, models = pd.factorize(gpus["gpu_model"], use_na_sentinel=False)
+    by_model = np.array([price_for(str(m), cost) for m in models], dtype=float)
+    prices = pd.Series(by_model[codes], index=gpus.index)
     if cost.unit == "gpu_hour":
         units = gpus["gpu_seconds"] / 3600.0
     elif cost.unit == "gpu_mem_hour":

@@ -28,7 +28,7 @@ import pandas as pd
 from slurm_gpu.reports.charts import render_page
 from slurm_gpu.reports.jobs import JobFilter, Usage
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import _figures, prorated
+from slurm_gpu.reports.summary import Segments, _figures, prorated
 from slurm_gpu.store.control import AuditEntry, ControlStore
 
 UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
@@ -193,12 +193,20 @@ def _per_day(
     edges = [*starts, until]
     out = np.zeros((len(rows), len(starts)))
     total = full.to_numpy(dtype=float)
+    positive = length > 0
     for k in range(len(starts)):
-        inside = np.minimum(stop, edges[k + 1]) - np.maximum(start, edges[k])
-        share = np.where(length > 0, np.clip(inside, 0, None) / np.where(length > 0, length, 1), 0)
-        instant = (length <= 0) & (start >= edges[k]) & (start < edges[k + 1])
-        out[:, k] = total * np.where(instant, 1.0, share)
-    return np.nan_to_num(out)
+        # Only the rows that touch the day: every other row's share is 0 (or NaN, which
+        # nan_to_num makes 0), so its cell stays the 0.0 it starts as.
+        touch = np.flatnonzero(
+            np.where(positive, (stop > edges[k]) & (start < edges[k + 1]), start >= edges[k])
+            & (start < edges[k + 1])
+        )
+        a, b, n = start[touch], stop[touch], length[touch]
+        inside = np.minimum(b, edges[k + 1]) - np.maximum(a, edges[k])
+        share = np.where(n > 0, np.clip(inside, 0, None) / np.where(n > 0, n, 1), 0)
+        instant = (n <= 0) & (a >= edges[k]) & (a < edges[k + 1])
+        out[touch, k] = np.nan_to_num(total[touch] * np.where(instant, 1.0, share))
+    return out
 
 
 def _nodes(
@@ -246,11 +254,13 @@ def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
     """`report accounts/users` figures per group, most GPU-hours first."""
     out = []
     if len(rows):
-        for value, part in rows.groupby(key, sort=True):
-            record = {"key": str(value), **_figures(part)}
-            if key == "user":
-                record["account"] = ",".join(sorted({str(a) for a in part["account"]}))
-            record["idle_cost"] = float(part["idle_cost"].sum())
+        groups = Segments(rows, key)
+        accounts = groups.column("account", dtype=object) if key == "user" else None
+        for (value, figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
+            record = {"key": str(value), **figures}
+            if accounts is not None:
+                record["account"] = ",".join(sorted({str(x) for x in accounts[a:b]}))
+            record["idle_cost"] = groups.sum("idle_cost", a, b)
             out.append(record)
     out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
     return out
@@ -368,8 +378,10 @@ def _kind(entry: AuditEntry) -> str:
 
 def _actions(entries: Sequence[AuditEntry], usage: Usage) -> list[dict[str, Any]]:
     """One record per enforced audit entry, with GPU-hours returned for done cancellations."""
+    ids = {e.job_id for e in entries if e.job_id is not None}
+    jobs = usage.jobs[usage.jobs["job_id"].isin(ids)] if ids else usage.jobs.iloc[0:0]
     facts: dict[int, dict[str, Any]] = {
-        int(j["job_id"]): {str(k): v for k, v in j.items()} for j in usage.jobs.to_dict("records")
+        int(j["job_id"]): {str(k): v for k, v in j.items()} for j in jobs.to_dict("records")
     }
     out = []
     for e in entries:

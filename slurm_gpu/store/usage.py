@@ -7,6 +7,7 @@ facts sacct knows (submit/start/end, state, name, nodes) into `jobs`.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,159 @@ def jobs_in_window(
         for query in queries:
             rows.extend(dict(r) for r in conn.execute(query.order_by(j.job_id)).mappings())
     return rows
+
+
+def _window(query: Any, since: float | None, until: float | None) -> Any:
+    """`jobs_in_window`'s overlap test on `jobs` (index on end_time: migration 0003)."""
+    j = jobs.c
+    began = sa.func.coalesce(j.start_time, j.submit_time)
+    query = query.where(began.is_not(None))
+    if until is not None:
+        query = query.where(began <= until)
+    if since is not None:
+        query = query.where(sa.or_(j.end_time.is_(None), j.end_time >= since))
+    return query
+
+
+def _sorted_in_python(store: Store) -> bool:
+    """True where Python's string order is the database's (SQLite's BINARY collation).
+
+    There a window query asks for no ORDER BY and the rows are sorted here instead:
+    SQLite's planner, offered to skip the sort, walks a whole table in key order
+    instead of the month through the end_time index (seconds instead of a fraction).
+    """
+    return store.dialect == "sqlite"
+
+
+# The `jobs` columns reports/jobs.py reads (cluster and uid it does not).
+JOB_ROW_COLUMNS = tuple(c.name for c in jobs.columns if c.name not in ("cluster", "uid"))
+
+
+def job_rows_in_window(
+    store: Store, since: float | None, until: float | None, job_ids: Sequence[int] = ()
+) -> list[tuple[Any, ...]]:
+    """`jobs_in_window` as plain tuples in `JOB_ROW_COLUMNS` order (no dict per row)."""
+    j = jobs.c
+    base = sa.select(*(jobs.c[name] for name in JOB_ROW_COLUMNS)).where(j.cluster == store.cluster)
+    if job_ids:
+        queries = [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
+    else:
+        queries = [_window(base, since, until)]
+    rows: list[tuple[Any, ...]] = []
+    with store._read("reading jobs") as conn:
+        for query in queries:
+            rows.extend(_tuples(conn.execute(query)))
+    at = JOB_ROW_COLUMNS.index("job_id")
+    rows.sort(key=operator.itemgetter(at))  # job ids are unique: any backend, one order
+    return rows
+
+
+def _tuples(result: Any) -> list[tuple[Any, ...]]:
+    """All rows of a result as the driver's plain tuples, without a `Row` per row.
+
+    The window queries select only BigInteger, Integer, String, Text and Double columns
+    (and a string literal), which SQLAlchemy passes through unchanged on every
+    supported driver (sqlite3, psycopg, PyMySQL): the driver's rows are the values.
+    """
+    rows = result.cursor.fetchall()
+    result.close()
+    return rows if isinstance(rows, list) else list(rows)
+
+
+# The columns of `summary_rows_*`: reports/jobs.py GPU_COLUMNS, in its order.
+SUMMARY_ROW_COLUMNS = (
+    "job_id",
+    "node",
+    "gpu_uuid",
+    "gpu_model",
+    "gpu_seconds",
+    "active_seconds",
+    "util_mean_percent",
+    "util_max_percent",
+    "mem_max_bytes",
+    "mem_gib_seconds",
+    "energy_joules",
+    "missing_seconds",
+    "source",
+    "data_until",
+)
+
+
+def _summary_select() -> Any:
+    s = job_gpu_summaries.c
+    return sa.select(
+        s.job_id,
+        s.node,
+        s.gpu_uuid,
+        s.gpu_model,
+        s.gpu_seconds,
+        s.active_seconds,
+        s.util_mean_percent,
+        s.util_max_percent,
+        s.mem_max_bytes,
+        s.mem_gib_seconds,
+        s.energy_joules,
+        s.missing_seconds,
+        sa.literal("summary", sa.String()).label("source"),
+        s.end.label("data_until"),
+    )
+
+
+def summary_rows_in_window(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    job_ids_between: tuple[int, int] | None = None,
+) -> list[tuple[Any, ...]]:
+    """Job GPU summaries of the jobs `jobs_in_window` selects, as `SUMMARY_ROW_COLUMNS` tuples.
+
+    One SELECT: summaries joined to their jobs, the window tested on the jobs' indexed
+    end_time; ordered like `summaries_for` (job, node, GPU).
+
+    Args:
+        store: the accounting store.
+        since, until: the period (POSIX seconds; None: open).
+        job_ids_between: the lowest and highest job id of the window's jobs, when the
+            caller read them already (`job_rows_in_window`): a redundant bound that lets
+            the database walk the summaries' primary key over that range only (Slurm
+            hands out job ids in submit order, so a month is one narrow range).
+    """
+    s = job_gpu_summaries.c
+    j = jobs.c
+    query = (
+        _summary_select()
+        .select_from(
+            job_gpu_summaries.join(jobs, sa.and_(j.cluster == s.cluster, j.job_id == s.job_id))
+        )
+        .where(j.cluster == store.cluster)
+    )
+    query = _window(query, since, until)
+    if job_ids_between is not None:
+        low, high = job_ids_between
+        query = query.where(j.job_id.between(low, high), s.job_id.between(low, high))
+    in_python = _sorted_in_python(store)
+    if not in_python:
+        query = query.order_by(s.job_id, s.node, s.gpu_uuid)
+    with store._read("reading job summaries of a period") as conn:
+        rows = _tuples(conn.execute(query))
+    if in_python:
+        rows.sort(key=operator.itemgetter(0, 1, 2))
+    return rows
+
+
+def summary_rows_for(store: Store, job_ids: Sequence[int]) -> list[tuple[Any, ...]]:
+    """`summaries_for` as `SUMMARY_ROW_COLUMNS` tuples (no object per row)."""
+    s = job_gpu_summaries.c
+    out: list[tuple[Any, ...]] = []
+    with store._read("reading job summaries") as conn:
+        for chunk in _chunks(job_ids):
+            query = (
+                _summary_select()
+                .where(s.cluster == store.cluster, s.job_id.in_(chunk))
+                .order_by(s.job_id, s.node, s.gpu_uuid)
+            )
+            out.extend(_tuples(conn.execute(query)))
+    return out
 
 
 def summaries_for(store: Store, job_ids: Sequence[int]) -> list[JobGpuSummary]:
