@@ -268,6 +268,12 @@ start_slurmctld() {
     # -i: ignore state files from an older test bed rather than refusing to start.
     spawn slurmctld /usr/sbin/slurmctld -D -i -f "$SLURM_CONF"
     wait_for slurmctld 60 scontrol ping
+    if is_running slurmd-gpu1 || is_running slurmd-gpu2; then
+        # A restart under running jobs: Slurm 22.05 can keep GRES of jobs that ended
+        # meanwhile counted as allocated (seen here: a node IDLE with AllocTRES=gres/gpu=2,
+        # so jobs stay pending). A reconfigure rebuilds the allocations from the jobs.
+        scontrol reconfigure >/dev/null 2>&1 || true
+    fi
 }
 
 start_slurmd() {
