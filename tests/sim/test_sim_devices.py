@@ -165,7 +165,7 @@ def test_idle_gpu_readings(node: Node) -> None:
 
 
 def test_samples_start_at_creation(tmp_path: Path, libdir: Path) -> None:
-    """No sample is older than the GPU; a GPU made 5 s ago has at most 5 samples."""
+    """No sample is older than the GPU: one per whole second since it was created."""
     node = Node(root=tmp_path, libdir=libdir)
     created = time.time() - 5
     sim_gpu(
@@ -174,10 +174,12 @@ def test_samples_start_at_creation(tmp_path: Path, libdir: Path) -> None:
     ((value_type, samples),) = node.nvml(
         [{"op": "call", "fn": "nvmlDeviceGetSamples", "index": 0, "args": [1, 0]}]
     )
+    # The subprocesses take a moment: at most one sample per second up to now.
+    age = time.time() - created
     expected = (1, True, True)
     assert expected == (
         value_type,
-        4 <= len(samples) <= 5,
+        4 <= len(samples) <= int(age) + 1,
         min(s[0] for s in samples) > created * 1e6,
     )
 
