@@ -44,22 +44,8 @@ JOB_COLUMNS = [
     "alloc_gpus",
     "exit_code",
 ]
-GPU_COLUMNS = [
-    "job_id",
-    "node",
-    "gpu_uuid",
-    "gpu_model",
-    "gpu_seconds",
-    "active_seconds",
-    "util_mean_percent",
-    "util_max_percent",
-    "mem_max_bytes",
-    "mem_gib_seconds",
-    "energy_joules",
-    "missing_seconds",
-    "source",
-    "data_until",
-]
+# One row per job and GPU: the store's summary rows, column for column.
+GPU_COLUMNS = list(store_usage.SUMMARY_ROW_COLUMNS)
 RUNNING_STATES = frozenset({"RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
 
 

@@ -144,7 +144,7 @@ def _tuples(result: Any) -> list[tuple[Any, ...]]:
     return rows if isinstance(rows, list) else list(rows)
 
 
-# The columns of `summary_rows_*`: reports/jobs.py GPU_COLUMNS, in its order.
+# The columns of `summary_rows_*` (reports/jobs.py builds its GPU frame with them).
 SUMMARY_ROW_COLUMNS = (
     "job_id",
     "node",
