@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,8 +160,6 @@ def read_bindings(node_dir: Path, grace_seconds: float = 60.0) -> list[Binding]:
 
 
 def _handle_bad(path: Path, exc: Exception, grace_seconds: float) -> None:
-    import time
-
     try:
         age = time.time() - path.stat().st_mtime
     except OSError:
