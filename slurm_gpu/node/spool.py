@@ -301,17 +301,33 @@ class Spool:
             ),
         )
 
-    @staticmethod
-    def seal_periods(db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
+    @classmethod
+    def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
         """Moves this GPU's period rows that ended by `before` to the outbox."""
         rows = db.execute(
             "SELECT * FROM pieces WHERE uuid = ? AND period_start <= ? ORDER BY period_start",
             (uuid, before),
         ).fetchall()
+        return cls._seal(db, node, rows)
+
+    @classmethod
+    def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int) -> int:
+        """Moves an ended job's open period rows to the outbox, ahead of its summaries.
+
+        Without this a job's last period would reach the store after its summary, and a
+        reader who trusts the summary would see intervals short of it.
+        """
+        rows = db.execute(
+            "SELECT * FROM pieces WHERE job_id = ? ORDER BY uuid, period_start", (job_id,)
+        ).fetchall()
+        return cls._seal(db, node, rows)
+
+    @staticmethod
+    def _seal(db: sqlite3.Connection, node: str, rows: list[Any]) -> int:
         sealed = 0
         for r in rows:
             (
-                _uuid,
+                uuid,
                 job,
                 period,
                 start,
@@ -371,6 +387,7 @@ class Spool:
         Args:
             uuids: {Slurm GPU index: uuid} on this node.
         """
+        Spool.seal_job(db, node, job_id)
         spans = db.execute(
             "SELECT slurm_index, start, end, user, account, partition FROM spans WHERE job_id = ?",
             (job_id,),

@@ -171,6 +171,25 @@ def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: tuple) 
     assert expected == actual
 
 
+def test_job_intervals_reach_the_outbox_before_its_summary(rig: tuple) -> None:
+    """A job ending mid-period: its last interval is queued ahead of its summary, so a
+    store that has the summary has every second of it."""
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 40.0
+    agent.tick()
+    start_job(node_dir, 9, [0], T0 + 5)
+    run_until(agent, clock, T0 + 80)
+    end_job(node_dir, 9, T0 + 85)
+    clock.now += 10
+    agent.tick()  # the job's period (T0+60..T0+120) is still open
+    queued = [(k, p) for _, k, _, p in agent.spool.pending(10**6) if k in ("interval", "summary")]
+    mine = [(k, p) for k, p in queued if k == "summary" or decode_interval(p).job_id == 9]
+    kinds = [k for k, _ in mine]
+    covered = sum(decode_interval(p).covered_seconds for k, p in mine if k == "interval")
+    (summary,) = [decode_summary(p) for k, p in mine if k == "summary"]
+    assert (kinds[-1], covered, summary.gpu_seconds) == ("summary", 80.0, 80.0)
+
+
 def test_intervals_are_per_minute_and_cover_every_second(rig: tuple) -> None:
     """Sealed intervals of one GPU tile the time read, split at minute boundaries."""
     agent, clock, _, _ = rig
