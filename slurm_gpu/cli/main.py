@@ -74,3 +74,7 @@ cli.add_command(job_command)
 cli.add_command(status_command)
 cli.add_command(sync_command)
 cli.add_command(exporter_command)
+
+
+if __name__ == "__main__":  # python -m slurm_gpu.cli.main, where no console script is installed
+    cli()

@@ -139,6 +139,7 @@ def _ship_forever(
 def dump_spool(config: Config, node: str) -> str:
     """The spool's outbox as JSON lines (debugging: `slurm-gpu node spool`)."""
     spool = Spool(spool_path(config, node))
-    return "\n".join(
-        json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in spool.pending(10**6)
-    )
+    rows = spool.pending(10**6)
+    if not rows:
+        return "spool empty: everything recorded is in the store"
+    return "\n".join(json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in rows)
