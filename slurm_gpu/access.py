@@ -7,13 +7,11 @@
   users whose Slurm AdminLevel is Operator or Administrator
   (`sacctmgr -n -P show user format=User,AdminLevel`).
 
-The caller is the process's REAL uid (os.getuid()), never a command-line flag, so a
-setgid wrapper or `sudo -g slurm-gpu slurm-gpu ...` (which grants read access to the
-store's config without changing the uid) cannot widen what a user sees. The identity
-source is an argument so tests can be anyone.
-
-The store URL (and its password) is in the config file: make it root:slurm-gpu 0640 so
-users reach the store only through slurm-gpu (see docs in conf/slurm-gpu.toml [access]).
+The caller is the process's REAL uid (os.getuid()), never a command-line flag, so the
+users' setgid command (wrapper/slurm-gpu.c), which grants the slurm-gpu group's read
+access to the store's credentials without changing the uid, cannot widen what a user
+sees. The identity source is an argument so tests can be anyone. slurm_gpu/credentials.py
+says how the credentials themselves are kept to root and that group.
 """
 
 from __future__ import annotations

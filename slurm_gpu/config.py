@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from slurm_gpu.durations import Duration
+from slurm_gpu.errors import ConfigError
 from slurm_gpu.policy.settings import (
     ControllerSettings,
     NotifySettings,
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-gpu/slurm-gpu.toml")
+# The group that may read the store's credentials (the config, a SQLite store's folder).
+CREDENTIALS_GROUP = "slurm-gpu"
 CONFIG_ENV_VAR = "SLURM_GPU_CONFIG"
 
 
@@ -292,6 +295,16 @@ def read_config(file: Path | None) -> Config:
     """
     if file is None:
         return Config()
+    if file.exists() and not os.access(file, os.R_OK, effective_ids=True):
+        # The usual cause on a cluster: the file holds the store's credentials and is
+        # root:slurm-gpu 0640; users reach it through the setgid `slurm-gpu` command.
+        raise ConfigError(
+            [
+                f"{file}: permission denied: it is readable by root and the {CREDENTIALS_GROUP}"
+                f" group only; run the users' command (scripts/install-user-command installs"
+                f" it as /usr/local/bin/slurm-gpu) or ask an administrator"
+            ]
+        )
     return parse_settings(Config, read_toml(file), str(file))
 
 

@@ -13,6 +13,7 @@ from slurm_gpu.config import (
     read_config,
     render_config,
 )
+from slurm_gpu.credentials import exposures
 
 
 @click.group("config")
@@ -37,27 +38,9 @@ def check(app: AppContext, config_path: Path | None) -> None:
     file = locate_config(config_path or app.config_path, app.env, app.default_path)
     config = read_config(file)
     click.echo(render_config(config), nl=False)
-    if file is not None and (warning := exposed_password(file, config.store.url)):
+    for warning in exposures(file, config.store.url) if file is not None else []:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"config OK: {file if file is not None else 'defaults'}", err=True)
-
-
-def exposed_password(file: Path, url: str) -> str | None:
-    """Why a config holding the store's password is readable by every user, if it is.
-
-    The store URL's password gives direct access to every user's records, bypassing
-    slurm-gpu's own privacy rules: the file should be root:slurm-gpu 0640.
-    """
-    _, sep, rest = url.partition("://")
-    credentials = rest.rpartition("@")[0] if sep else ""
-    if ":" not in credentials:
-        return None
-    if file.stat().st_mode & 0o004 == 0:
-        return None
-    return (
-        f"{file}: store.url carries a password and the file is readable by every user;"
-        f" make it root:slurm-gpu and mode 0640 (chgrp slurm-gpu {file}; chmod 0640 {file})"
-    )
 
 
 @config_group.command("reference")

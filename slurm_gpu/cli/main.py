@@ -48,7 +48,9 @@ class SlurmGpuGroup(click.Group):
 @click.option(
     "--config",
     "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    # readable=False: click would test with access(2), i.e. the real gid, and refuse the
+    # users' setgid command a file its effective group may read. read_config() checks.
+    type=click.Path(dir_okay=False, readable=False, path_type=Path),
     default=None,
     help="Config file (default: $SLURM_GPU_CONFIG, else /etc/slurm-gpu/slurm-gpu.toml).",
 )

@@ -1,8 +1,11 @@
 """The `slurm-gpu` entry point and `slurm-gpu config check`."""
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -240,14 +243,17 @@ def test_duration_option_rejects_bad_text() -> None:
     assert expected == (result.exit_code, message in result.stderr)
 
 
-def test_check_warns_when_the_store_password_is_world_readable(tmp_path: Path) -> None:
-    """A config with a database password, mode 0644: config check says how to fix it."""
-    import subprocess
-    import sys
+@pytest.fixture
+def open_folder() -> Iterator[Path]:
+    """A folder every user can enter (pytest's own tmp folders are 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="slurm-gpu-cred-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder)
 
-    config = tmp_path / "slurm-gpu.toml"
-    config.write_text('[store]\nurl = "postgresql://slurmgpu:s3cret@db.example/slurm_gpu"\n')
-    config.chmod(0o644)
+
+def config_check_warnings(config: Path) -> list[str]:
+    """The warning lines of `slurm-gpu config check --config CONFIG` (which must succeed)."""
     done = subprocess.run(
         [
             str(Path(sys.executable).parent / "slurm-gpu"),
@@ -260,19 +266,35 @@ def test_check_warns_when_the_store_password_is_world_readable(tmp_path: Path) -
         text=True,
         check=False,
     )
-    assert 0 == done.returncode
-    assert "readable by every user" in done.stderr and "0640" in done.stderr
+    assert 0 == done.returncode, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+
+
+def test_check_warns_when_the_store_password_is_world_readable(open_folder: Path) -> None:
+    """A config with a database password, mode 0644: config check says how to fix it."""
+    config = open_folder / "slurm-gpu.toml"
+    config.write_text('[store]\nurl = "postgresql://slurmgpu:s3cret@db.example/slurm_gpu"\n')
+    config.chmod(0o644)
+    (warning,) = config_check_warnings(config)
+    assert "readable by every user" in warning and "chmod 0640" in warning
     config.chmod(0o640)
-    quiet = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "slurm-gpu"),
-            "config",
-            "check",
-            "--config",
-            str(config),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert "warning" not in quiet.stderr
+    assert [] == config_check_warnings(config)
+    config.chmod(0o644)
+    open_folder.chmod(0o750)  # a closed folder protects the file too
+    assert [] == config_check_warnings(config)
+
+
+def test_check_warns_when_the_sqlite_store_is_world_readable(open_folder: Path) -> None:
+    """A SQLite store anyone can read is the same leak: the fix is a closed folder."""
+    store_dir = open_folder / "store"
+    store_dir.mkdir(mode=0o755)
+    database = store_dir / "accounting.db"
+    database.write_bytes(b"")
+    database.chmod(0o644)
+    config = open_folder / "slurm-gpu.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{database}"\n')
+    (warning,) = config_check_warnings(config)
+    assert f"{database}: the SQLite store is readable by every user" in warning
+    assert f"chmod 0750 {store_dir}" in warning
+    store_dir.chmod(0o750)
+    assert [] == config_check_warnings(config)
