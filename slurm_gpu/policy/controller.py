@@ -23,6 +23,7 @@ from slurm_gpu.errors import SlurmError, SlurmGpuError, StoreError
 from slurm_gpu.models import (
     Action,
     Exemption,
+    GpuInterval,
     NodeHealth,
     QuotaApplied,
     QuotaUsage,
@@ -74,6 +75,16 @@ class CycleReport:
     notified: int = 0
 
 
+# Details that make a repeated warning, notice or report a new event: a quota fraction
+# crossed, or other stray processes on a node's GPU.
+_EVENT_IDENTITY = ("fraction", "gpu_uuid", "pids")
+
+
+def _as_logged(value: object) -> object:
+    """A detail as it reads back from the audit log (JSON: tuples become lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
 def default_holder() -> str:
     """host:pid:random, unique per controller process."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -108,7 +119,8 @@ class Controller:
         self.clock = clock
         self.holder = holder or default_holder()
         self._ecc_seen: dict[str, int] = {}
-        self._unallocated_since: float | None = None
+        # (node, GPU) -> stray pids already reported.
+        self._unallocated_reported: dict[tuple[str, str], set[int]] = {}
 
     # ---- the cycle ------------------------------------------------------------------
 
@@ -203,6 +215,7 @@ class Controller:
     ) -> list[Verdict]:
         running = [j.job_id for j in jobs if j.state.upper() == "RUNNING"]
         activity = self.store.activity(running)
+        recent = self.store.intervals(since=self._recent_intervals_window(now))
         exemptions = [
             Exemption(f"{e.kind}:{e.target}", e.policy, e.until, e.reason, e.created_by)
             for e in self.control.exemptions(now)
@@ -216,8 +229,8 @@ class Controller:
             warned=self._warned(running, dry_run),
             quota_usage=self._quota_usage(now),
             quota_applied=self._quota_applied({j.job_id for j in jobs}),
-            node_health=self._node_health(now, drained),
-            unallocated=self._unallocated(now),
+            node_health=self._node_health(recent, drained),
+            unallocated=self._unallocated(recent),
         )
 
     def _warned(self, running: Sequence[int], dry_run: bool) -> dict[tuple[int, str], float]:
@@ -246,7 +259,8 @@ class Controller:
         """Drops a warning, notice or report that only repeats the last one audited.
 
         Acting verdicts are always kept; a warning comes back into the log when
-        something changed (it was withdrawn, or a quota crossed another fraction).
+        something changed (it was withdrawn, a quota crossed another fraction, other
+        processes appeared on a GPU).
         """
         latest = self.control.latest_decisions([v.target for v in verdicts], dry_run)
         kept = []
@@ -256,7 +270,10 @@ class Controller:
                 v.action in QUIET_REPEATS
                 and last is not None
                 and last[0] == v.action.value
-                and last[1].get("fraction") == dict(v.details).get("fraction")
+                and all(
+                    _as_logged(last[1].get(key)) == _as_logged(dict(v.details).get(key))
+                    for key in _EVENT_IDENTITY
+                )
             )
             if not repeat:
                 kept.append(v)
@@ -331,11 +348,11 @@ class Controller:
         """How far back "recent" readings reach: a shipping period plus an agent interval."""
         return float(self.config.store.ship_aggregate) + float(self.config.node.interval)
 
-    def _node_health(self, now: float, drained: list[str]) -> list[NodeHealth]:
+    def _node_health(self, recent: list[GpuInterval], drained: list[str]) -> list[NodeHealth]:
         newest: dict[str, tuple[float, float | None]] = {}
         ecc: dict[str, int] = {}
         nodes: dict[str, str] = {}
-        for row in self.store.intervals(since=self._recent_intervals_window(now)):
+        for row in recent:
             nodes[row.gpu_uuid] = row.node
             last = newest.get(row.gpu_uuid)
             if last is None or row.period_end > last[0]:
@@ -355,14 +372,27 @@ class Controller:
             health[node] = NodeHealth(node, hottest, old.new_ecc_errors + new_ecc, (), old.drained)
         return list(health.values())
 
-    def _unallocated(self, now: float) -> list[UnallocatedUse]:
-        since = self._unallocated_since or self._recent_intervals_window(now)
-        self._unallocated_since = now
+    def _unallocated(self, recent: list[GpuInterval]) -> list[UnallocatedUse]:
+        """Stray processes in the recent intervals, once per new process.
+
+        The window looks back several shipping periods, since intervals reach the store
+        a little after they end; a GPU is reported again only when a process it had not
+        reported appears (with all its current processes).
+        """
         found: dict[tuple[str, str], set[int]] = {}
-        for row in self.store.intervals(since=since):
+        for row in recent:
             if row.unallocated_pids:
                 found.setdefault((row.node, row.gpu_uuid), set()).update(row.unallocated_pids)
-        return [UnallocatedUse(n, g, tuple(sorted(p))) for (n, g), p in sorted(found.items())]
+        uses = [
+            UnallocatedUse(node, gpu, tuple(sorted(pids)))
+            for (node, gpu), pids in sorted(found.items())
+            if not pids <= self._unallocated_reported.get((node, gpu), set())
+        ]
+        # Forget GPUs gone quiet, so the dict stays the size of what is happening now.
+        self._unallocated_reported = {
+            key: pids | self._unallocated_reported.get(key, set()) for key, pids in found.items()
+        }
+        return uses
 
     # ---- acting ---------------------------------------------------------------------
 
@@ -408,9 +438,9 @@ class Controller:
                         self._set_assoc(verdict.target, Fairshare=int(str(d["shares"])))
                         self._remember(verdict, now, previous=previous)
                 case Action.DRAIN:
+                    # The client prefixes "slurm-gpu: "; Slurm keeps a reason short.
                     self.slurm.drain(
-                        verdict.node or verdict.target.split(":", 1)[1],
-                        f"slurm-gpu: {verdict.reason}"[:250],
+                        verdict.node or verdict.target.split(":", 1)[1], verdict.reason[:240]
                     )
                 case _:
                     return "recorded"
@@ -482,7 +512,7 @@ class Controller:
                         continue
                 channels = ",".join(self.notifier.channels())
                 if not self.control.claim_notification(
-                    notification_key(verdict), verdict.user, now, channels
+                    notification_key(verdict, now), verdict.user, now, channels
                 ):
                     continue
             except StoreError as exc:

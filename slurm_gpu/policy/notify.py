@@ -150,11 +150,20 @@ class Notifier:
             response.read()
 
 
-def notification_key(verdict: Verdict) -> str:
-    """At most one message per job (or target) and alert kind."""
+def notification_key(verdict: Verdict, now: float) -> str:
+    """At most one message per job (or target) and alert kind, and per event for nodes.
+
+    A job's warning or cancellation happens once. A node's events recur: the stray
+    processes on a GPU are reported once per set of processes, and a node drained,
+    resumed and drained again for the same reason is told once a day.
+    """
     details = dict(verdict.details)
     # Quota warnings recur each period: one per crossed fraction per period.
     suffix = f":{details['fraction']}" if "fraction" in details else ""
     if "period_start" in details:
         suffix += f":{details['period_start']}"
+    if "pids" in details:
+        suffix += f":{details.get('gpu_uuid')}:{details['pids']}"
+    if verdict.action is Action.DRAIN:
+        suffix += f":{verdict.reason}:day{int(now // 86400)}"
     return f"{verdict.target}:{verdict.policy}:{verdict.action.value}{suffix}"

@@ -682,7 +682,7 @@ def _hot_node(ctx: _Context, health: NodeHealth) -> Verdict | None:
         policy=HOT_NODE,
         action=Action.DRAIN,
         target=f"node:{health.node}",
-        reason=f"slurm-gpu: {'; '.join(problems)}",
+        reason="; ".join(problems),  # the drain prefixes "slurm-gpu: "
         node=health.node,
         details=(
             ("max_temperature_celsius", temperature),

@@ -12,7 +12,7 @@ import pytest
 from slurm_gpu.config import Config
 from slurm_gpu.durations import Duration
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.models import GpuActivity, SlurmJob
+from slurm_gpu.models import GpuActivity, GpuInterval, SlurmJob
 from slurm_gpu.policy.controller import Controller
 from slurm_gpu.slurm.scontrol import NodeInfo
 from slurm_gpu.store import Store
@@ -112,3 +112,35 @@ def test_slurm_down_skips_the_cycle_and_audits_nothing(rig: tuple) -> None:
     report = controller.cycle(dry_run=False)
     assert "Unable to contact slurm controller" in report.skipped
     assert [] == ControlStore(store).audit_entries()
+
+
+def stray_interval(end: float, pids: tuple[int, ...]) -> GpuInterval:
+    """A 10 s interval of gpu2's GPU-X with processes of no job on it."""
+    return GpuInterval(
+        "gpu2", "GPU-X", end - 10, end, None, 30.0, 30.0, 30.0, 10, 10.0, 10.0,
+        None, None, None, None, None, None, pids,
+    )  # fmt: skip
+
+
+def test_stray_process_is_reported_once_even_when_its_interval_arrives_late(
+    rig: tuple,
+) -> None:
+    """An interval reaching the store after the cycle that covered its end is still seen;
+    a process already reported is not reported again."""
+    controller, _, store, now = rig
+    arrivals = {
+        20: [stray_interval(T0 + 15, (501,))],
+        30: [stray_interval(T0 + 19, (501, 600))],  # ended before the cycle at T0+20
+        40: [stray_interval(T0 + 35, (501, 600))],
+    }
+    reports = []
+    for step in (10, 20, 30, 40):
+        now[0] = T0 + step
+        store.add_intervals(arrivals.get(step, []))
+        verdicts = controller.cycle(dry_run=False).verdicts
+        reports += [(step, v.reason) for v in verdicts if v.policy == "unallocated_use"]
+    expected = [
+        (20, "Process 501 use GPU-X on gpu2 without a Slurm allocation."),
+        (30, "Processes 501, 600 use GPU-X on gpu2 without a Slurm allocation."),
+    ]
+    assert expected == reports

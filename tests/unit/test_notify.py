@@ -73,7 +73,30 @@ def test_dry_run_messages_say_nothing_changed() -> None:
 def test_one_key_per_job_and_alert_kind() -> None:
     """Warning and cancel of one job are different keys; two warnings are one."""
     cancel = Verdict("idle_gpu", Action.CANCEL, "job:42", "x", job_id=42)
-    assert notification_key(WARN) != notification_key(cancel)
-    assert notification_key(WARN) == notification_key(
-        Verdict("idle_gpu", Action.WARN, "job:42", "y")
+    assert notification_key(WARN, 0) != notification_key(cancel, 0)
+    assert notification_key(WARN, 0) == notification_key(
+        Verdict("idle_gpu", Action.WARN, "job:42", "y"), 86400 * 30
     )
+
+
+def test_node_events_recur_for_new_processes_and_new_days() -> None:
+    """Stray processes: one report per set of pids. A drain: once per reason and day."""
+
+    def stray(*pids: int) -> Verdict:
+        details = (("gpu_uuid", "GPU-1"), ("slurm_index", 3), ("pids", pids))
+        return Verdict("unallocated_use", Action.REPORT, "node:gpu2", "x", details=details)
+
+    drain = Verdict("hot_node", Action.DRAIN, "node:gpu1", "3 new GPU ECC error(s)")
+    keys = {
+        "same pids, later": notification_key(stray(7, 9), 0) == notification_key(stray(7, 9), 5e5),
+        "new pid": notification_key(stray(7, 9), 0) == notification_key(stray(7, 11), 0),
+        "drain, same day": notification_key(drain, 3600) == notification_key(drain, 7200),
+        "drain, next day": notification_key(drain, 3600) == notification_key(drain, 90000),
+    }
+    expected = {
+        "same pids, later": True,
+        "new pid": False,
+        "drain, same day": True,
+        "drain, next day": False,
+    }
+    assert expected == keys

@@ -33,7 +33,7 @@ def reasons(verdicts: list[Verdict]) -> list[tuple[Action, str, str]]:
 def test_hot_gpu_drains_the_node() -> None:
     """A GPU at 91C (limit 85C): DRAIN with the reason Slurm will show."""
     verdicts = evaluate([], [], NOW, config(), node_health=[NodeHealth("gpu1", 91.0)])
-    expected = [(Action.DRAIN, "node:gpu1", "slurm-gpu: GPU at 91C (limit 85C)")]
+    expected = [(Action.DRAIN, "node:gpu1", "GPU at 91C (limit 85C)")]
     assert expected == reasons(verdicts)
 
 
@@ -46,7 +46,7 @@ def test_cool_node_is_left_alone() -> None:
 def test_ecc_errors_drain() -> None:
     """New ECC errors drain the node (drain_on_ecc)."""
     health = [NodeHealth("gpu1", 60.0, new_ecc_errors=2)]
-    expected = [(Action.DRAIN, "node:gpu1", "slurm-gpu: 2 new GPU ECC error(s)")]
+    expected = [(Action.DRAIN, "node:gpu1", "2 new GPU ECC error(s)")]
     assert expected == reasons(evaluate([], [], NOW, config(), node_health=health))
 
 
@@ -64,7 +64,7 @@ def test_lost_gpu_drains_and_all_problems_are_named() -> None:
         (
             Action.DRAIN,
             "node:gpu2",
-            "slurm-gpu: GPU at 90C (limit 85C); 1 new GPU ECC error(s); lost GPU GPU-abc",
+            "GPU at 90C (limit 85C); 1 new GPU ECC error(s); lost GPU GPU-abc",
         )
     ]
     assert expected == reasons(evaluate([], [], NOW, config(), node_health=health))
