@@ -125,9 +125,7 @@ class NodeAgent:
         for item in event_files:
             item.path.unlink(missing_ok=True)
         result.events = len(event_files)
-        self._adopt_orphan_bindings()
-
-        spans = self.spool.spans()
+        spans = self._adopt_orphan_bindings(self.spool.spans())
         state = self.spool.gpu_state()
         with self.spool.transaction() as db:
             for device in self.devices:
@@ -137,20 +135,22 @@ class NodeAgent:
                 self._last_active = {k: v for k, v in self._last_active.items() if k[0] != job_id}
         return result
 
-    def _adopt_orphan_bindings(self) -> None:
-        """A binding with no span means its started event was lost: trust the binding."""
-        known = {(s.job_id, s.slurm_index) for s in self.spool.spans()}
-        orphans = [
-            b for b in read_bindings(self.node_dir) if (b.job_id, b.slurm_index) not in known
+    def _adopt_orphan_bindings(self, spans: list[JobSpan]) -> list[JobSpan]:
+        """A binding with no span means its started event was lost: trust the binding.
+
+        Returns `spans` plus the spans adopted from bindings.
+        """
+        known = {(s.job_id, s.slurm_index) for s in spans}
+        adopted = [
+            JobSpan(b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition)
+            for b in read_bindings(self.node_dir)
+            if (b.job_id, b.slurm_index) not in known
         ]
-        if not orphans:
-            return
-        with self.spool.transaction() as db:
-            for b in orphans:
-                span = JobSpan(
-                    b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition
-                )
-                self.spool.add_span(db, span)
+        if adopted:
+            with self.spool.transaction() as db:
+                for span in adopted:
+                    self.spool.add_span(db, span)
+        return spans + adopted
 
     def _read_gpu(
         self,

@@ -272,3 +272,27 @@ def test_running_job_activity_tracks_the_last_busy_sample(rig: tuple) -> None:
         activity["util_recent_percent"],
     )
     assert expected == actual
+
+
+def test_binding_without_started_event_is_adopted(rig: tuple) -> None:
+    """The prolog's event was lost (disk full, crash): the binding alone attributes the
+    GPU to the job, from the binding's time, and the job is summarized at its end."""
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 70.0
+    agent.tick()
+    start_job(node_dir, 11, [0], T0 + 5)
+    (node_dir / "events" / "11.started.1").unlink()
+    run_until(agent, clock, T0 + 60)
+    end_job(node_dir, 11, T0 + 65)
+    run_until(agent, clock, T0 + 80)
+    (summary,) = [decode_summary(p) for p in outbox(agent, "summary")]
+    expected = (11, "B", "alice", 60.0, 70.0, 0.0)
+    actual = (
+        summary.job_id,
+        summary.gpu_uuid,
+        summary.user,
+        summary.gpu_seconds,
+        summary.util_mean_percent,
+        summary.missing_seconds,
+    )
+    assert expected == actual
