@@ -1,0 +1,124 @@
+"""idle_gpu: warn, then cancel, a running job whose GPUs are all idle.
+
+A job with some idle and some busy GPUs gets a NOTICE, never a cancel; a job with a GPU
+that has no fresh reading gets an Action.NONE verdict, since unknown is not idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from slurm_gpu.models import Action, GpuActivity, SlurmJob, Verdict
+from slurm_gpu.policy.rules.context import IDLE_GPU, Context, gpu_list, job_verdict, span_text
+
+MIB = 1024 * 1024
+
+
+def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdict | None:
+    settings = ctx.config.policy.idle_gpu
+    now = ctx.now
+    expected = {(node, index) for node, indices in job.gpus for index in indices}
+    if expected:
+        mine = [r for r in rows if (r.node, r.slurm_index) in expected]
+        missing = len(expected) - len({(r.node, r.slurm_index) for r in mine})
+    else:  # squeue gave a GPU count but no indices: every counted GPU needs a row
+        mine = list(rows)
+        missing = max(job.gpu_count - len(mine), 0)
+    stale = [r for r in mine if now - r.last_reading > ctx.fresh_seconds]
+    if missing or stale or not mine:
+        what = []
+        if missing:
+            what.append(f"{missing} GPU(s) without readings")
+        if stale:
+            newest = max(r.last_reading for r in stale)
+            what.append(f"{gpu_list(stale)} last read {span_text(now - newest)} ago")
+        return job_verdict(
+            IDLE_GPU,
+            Action.NONE,
+            job,
+            f"No fresh readings for job {job.job_id} ({'; '.join(what)}): its GPU use is "
+            "unknown, and unknown is never treated as idle.",
+            details=(("missing_gpus", missing), ("stale_gpus", len(stale))),
+        )
+
+    floor = settings.memory_floor_mib * MIB
+    threshold = settings.threshold_percent
+    job_start = job.start_time
+    idle_for: list[float] = []
+    for row in mine:
+        active_at = row.last_active
+        if row.util_recent_percent is not None and row.util_recent_percent >= threshold:
+            active_at = row.last_reading if active_at is None else max(active_at, row.last_reading)
+        # A process with a bare context is idle; one holding real data is memory-only.
+        holds_memory = (row.mem_used_bytes or 0) > floor
+        start = row.start if job_start is None else max(row.start, job_start)
+        if holds_memory and not settings.memory_only_is_idle:
+            idle_for.append(0.0)
+        elif settings.window == "from_start":
+            idle_for.append(max(now - start, 0.0) if active_at is None else 0.0)
+        else:
+            since = start if active_at is None else max(active_at, start)
+            idle_for.append(max(now - since, 0.0))
+
+    idle = [r for r, seconds in zip(mine, idle_for, strict=True) if seconds >= settings.warn_after]
+    if not idle:
+        return None
+    threshold_text = f"below {threshold:g}% utilization"
+    if len(idle) < len(mine):
+        busy = [
+            r for r, seconds in zip(mine, idle_for, strict=True) if seconds < settings.warn_after
+        ]
+        longest = max(idle_for)
+        return job_verdict(
+            IDLE_GPU,
+            Action.NOTICE,
+            job,
+            f"{gpu_list(idle)} of job {job.job_id} {'has' if len(idle) == 1 else 'have'} been "
+            f"{threshold_text} for {span_text(longest)} while {gpu_list(busy)} "
+            f"{'is' if len(busy) == 1 else 'are'} in use; consider asking for fewer GPUs. "
+            "The job will not be cancelled for this.",
+            details=(
+                ("idle_gpus", len(idle)),
+                ("busy_gpus", len(busy)),
+                ("idle_seconds", longest),
+            ),
+        )
+
+    job_idle = min(idle_for)
+    idle_since = now - job_idle
+    since_text = (
+        "not been used since the job started"
+        if settings.window == "from_start"
+        else f"been {threshold_text}"
+    )
+    grace = settings.cancel_after - settings.warn_after
+    warned_at = ctx.warned.get((job.job_id, IDLE_GPU))
+    if warned_at is not None and warned_at < idle_since:
+        warned_at = None  # a warning from an earlier idle stretch: the job was used since
+    details: tuple[tuple[str, object], ...] = (
+        ("idle_seconds", job_idle),
+        ("threshold_percent", threshold),
+        ("window", settings.window),
+        ("gpus", len(mine)),
+    )
+    if job_idle >= settings.cancel_after and warned_at is not None and now - warned_at >= grace:
+        return job_verdict(
+            IDLE_GPU,
+            Action.CANCEL,
+            job,
+            f"Job {job.job_id} cancelled: {gpu_list(mine)} had {since_text} for "
+            f"{span_text(job_idle)}, and the warning at {ctx.clock(warned_at)} went unanswered.",
+            details=(*details, ("warned_at", warned_at)),
+        )
+    warning = now if warned_at is None else warned_at
+    deadline = max(idle_since + settings.cancel_after, warning + grace)
+    return job_verdict(
+        IDLE_GPU,
+        Action.WARN,
+        job,
+        f"{gpu_list(mine)} of job {job.job_id} {'has' if len(mine) == 1 else 'have'} "
+        f"{since_text} for {span_text(job_idle)}; the job will be cancelled at "
+        f"{ctx.clock(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used.",
+        deadline=deadline,
+        details=details,
+    )
