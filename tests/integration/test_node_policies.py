@@ -116,7 +116,7 @@ def test_admins_get_the_unallocated_use_report(node_scenario: dict[str, Any]) ->
     assert report["Subject"].endswith("unallocated_use: report (node:gpu2)")
     assert "admins@testbed.local" in report["X-Rcpt-To"]
     body = report.get_payload(decode=True).decode()
-    assert f"Process {node_scenario['stray']} use GPU-" in body
+    assert f"Process {node_scenario['stray']} uses GPU-" in body
     assert "on gpu2 without a Slurm allocation." in body
 
 

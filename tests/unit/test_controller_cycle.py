@@ -140,7 +140,7 @@ def test_stray_process_is_reported_once_even_when_its_interval_arrives_late(
         verdicts = controller.cycle(dry_run=False).verdicts
         reports += [(step, v.reason) for v in verdicts if v.policy == "unallocated_use"]
     expected = [
-        (20, "Process 501 use GPU-X on gpu2 without a Slurm allocation."),
+        (20, "Process 501 uses GPU-X on gpu2 without a Slurm allocation."),
         (30, "Processes 501, 600 use GPU-X on gpu2 without a Slurm allocation."),
     ]
     assert expected == reports

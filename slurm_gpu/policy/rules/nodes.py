@@ -46,13 +46,13 @@ def unallocated_use(ctx: Context, use: UnallocatedUse) -> Verdict | None:
         return None
     gpu = f"GPU {use.slurm_index} ({use.gpu_uuid})" if use.slurm_index is not None else use.gpu_uuid
     owners = f" of {', '.join(sorted(set(use.users)))}" if use.users else ""
-    noun = "Process" if len(use.pids) == 1 else "Processes"
+    noun, verb = ("Process", "uses") if len(use.pids) == 1 else ("Processes", "use")
     return Verdict(
         policy=UNALLOCATED_USE,
         action=Action.REPORT,
         target=f"node:{use.node}",
         reason=(
-            f"{noun} {', '.join(map(str, use.pids))}{owners} use {gpu} on {use.node} "
+            f"{noun} {', '.join(map(str, use.pids))}{owners} {verb} {gpu} on {use.node} "
             "without a Slurm allocation."
         ),
         user=",".join(sorted(set(use.users))),
