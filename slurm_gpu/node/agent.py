@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import re
 import sqlite3
 import time
@@ -44,6 +45,21 @@ def job_of_pid(pid: int, proc: Path = Path("/proc")) -> int | None:
     except OSError:
         return None
     return None
+
+
+def process_owner(pid: int, proc: Path = Path("/proc")) -> str:
+    """The user name owning a process (its real uid), "?" when it is gone."""
+    try:
+        for line in (proc / str(pid) / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                uid = int(line.split()[1])
+                try:
+                    return pwd.getpwuid(uid).pw_name
+                except KeyError:
+                    return str(uid)
+    except (OSError, ValueError, IndexError):
+        pass
+    return "?"
 
 
 @dataclass
@@ -240,11 +256,21 @@ class NodeAgent:
     ) -> tuple[int, ...]:
         """Pids on this GPU that belong to no job holding it now (DESIGN: security)."""
         holders = {s.job_id for s in spans if s.end is None or s.end >= now}
-        strays = tuple(p.pid for p in snap.processes or () if self.pid_job(p.pid) not in holders)
+        jobs = {p.pid: self.pid_job(p.pid) for p in snap.processes or ()}
+        strays = tuple(pid for pid, job in jobs.items() if job not in holders)
         for pid in strays:
             if (uuid, pid) not in self._warned_pids:
                 self._warned_pids.add((uuid, pid))
+                job = jobs[pid]
                 log.warning(
-                    "unallocated GPU use: pid %d on GPU %s belongs to no job holding it", pid, uuid
+                    "unallocated GPU use: pid %d (user %s, %s) on GPU %s (%s) belongs to no"
+                    " job holding it",
+                    pid,
+                    process_owner(pid),
+                    f"Slurm job {job}" if job is not None else "no Slurm job",
+                    self.uuid_index.get(uuid, "?"),
+                    uuid,
                 )
+        # Forget pids gone from this GPU: the set stays the size of what runs now.
+        self._warned_pids = {w for w in self._warned_pids if w[0] != uuid or w[1] in strays}
         return strays

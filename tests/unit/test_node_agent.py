@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from slurm_gpu.gpu import GpuSnapshot, UtilSample
 from slurm_gpu.models import GpuDevice, GpuProcess
-from slurm_gpu.node.agent import NodeAgent
+from slurm_gpu.node.agent import NodeAgent, process_owner
 from slurm_gpu.node.spool import Spool, decode_interval, decode_summary
 from slurm_gpu.slurm.gres import GresGpuFile
 
@@ -233,14 +234,24 @@ def test_lost_gpu_does_not_stop_the_other(rig: tuple) -> None:
     assert {"B"} == {r.gpu_uuid for r in rows}
 
 
-def test_process_of_another_job_is_unallocated_use(rig: tuple) -> None:
-    """A pid belonging to job 9 on a GPU bound to job 8 is reported."""
+def test_process_of_another_job_is_unallocated_use(
+    rig: tuple, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pid belonging to job 9 on a GPU bound to job 8 is reported, and logged once
+    with its job and the Slurm GPU index."""
     agent, clock, gpus, node_dir = rig
     start_job(node_dir, 8, [0], T0 - 5)
     gpus.pids["B"] = (8001, 9001)  # pid_job: pid // 1000
     clock.now += 10
     result = agent.tick()
+    clock.now += 10
+    agent.tick()
     assert {"B": (9001,)} == result.unallocated
+    logged = [r.getMessage() for r in caplog.records if "unallocated" in r.getMessage()]
+    assert [
+        "unallocated GPU use: pid 9001 (user ?, Slurm job 9) on GPU 0 (B) belongs to no job"
+        " holding it"
+    ] == logged
 
 
 def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
@@ -296,3 +307,11 @@ def test_binding_without_started_event_is_adopted(rig: tuple) -> None:
         summary.missing_seconds,
     )
     assert expected == actual
+
+
+def test_process_owner_reads_the_real_uid(tmp_path: Path) -> None:
+    """This process's owner by name; a gone process or an unnamed uid do not raise."""
+    (tmp_path / "77").mkdir()
+    (tmp_path / "77" / "status").write_text("Name:\tx\nUid:\t987654\t0\t0\t0\n")
+    owners = (process_owner(os.getpid()), process_owner(77, tmp_path), process_owner(78, tmp_path))
+    assert (pwd.getpwuid(os.getuid()).pw_name, "987654", "?") == owners
