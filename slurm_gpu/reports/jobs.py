@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +44,43 @@ JOB_COLUMNS = [
     "alloc_gpus",
     "exit_code",
 ]
+# What report figures (`report`, `report monthly`) need of a job: its user, account and
+# partition, its times (proration, queue wait), GPUs and time limit; the other columns
+# (name, state, node list, ...) only list jobs. A month has ~10^5 jobs and ~10^6 GPU
+# rows, and every column read from the store costs an object per row.
+FIGURE_JOB_COLUMNS = [
+    "job_id",
+    "user",
+    "account",
+    "partition",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "elapsed_seconds",
+    "time_limit_seconds",
+    "alloc_gpus",
+]
+# The store's job columns they come from (user, account and partition as one text).
+FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
 # One row per job and GPU: the store's summary rows, column for column.
 GPU_COLUMNS = list(store_usage.SUMMARY_ROW_COLUMNS)
+# The GPU columns report figures are summed from,
+FIGURE_GPU_COLUMNS = [
+    "job_id",
+    "node",
+    "gpu_uuid",
+    "gpu_model",
+    "gpu_seconds",
+    "active_seconds",
+    "util_mean_percent",
+    "mem_gib_seconds",
+    "energy_joules",
+]
+# read as these (node, GPU UUID and model as one text).
+FIGURE_GPU_ROW_COLUMNS = ("job_id", "gpu", *FIGURE_GPU_COLUMNS[4:])
+# Text columns with few distinct values, held as categoricals: grouping and joining on
+# them then works on integer codes, factorized once here instead of in every report.
+CATEGORICAL_COLUMNS = ("user", "account", "partition", "node", "gpu_uuid", "gpu_model")
 RUNNING_STATES = frozenset({"RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
 
 
@@ -80,6 +115,7 @@ def load_usage(
     scope: Scope,
     filters: JobFilter = JobFilter(),
     cost: CostSettings | None = None,
+    figures_only: bool = False,
 ) -> Usage:
     """Jobs overlapping [since, until] (or `filters.job_ids`) that `scope` may see.
 
@@ -91,49 +127,122 @@ def load_usage(
         scope: what the caller may see (applied before anything is computed).
         filters: sacct's -u/-A/-r/-j/-N/-s.
         cost: prices; None leaves cost columns at 0.
+        figures_only: read only what report figures need: the GPU frame then has
+            FIGURE_GPU_COLUMNS (and cost), the job frame at least FIGURE_JOB_COLUMNS
+            (`with_job_listing` adds the rest for a few jobs).
     """
     numeric = [int(j) for j in filters.job_ids if j.isdigit()]
     if filters.job_ids:
         since = until = None  # like sacct -j: the jobs, whenever they ran
+    # sacct's rows are laid over whole store rows; -j, -s and -N select by job id text,
+    # state and node list: those need every column.
+    lean = figures_only and not (sacct_jobs or filters.job_ids or filters.states or filters.nodes)
+    read = FIGURE_JOB_ROW_COLUMNS if lean else store_usage.JOB_ROW_COLUMNS
     stored = (
-        store_usage.job_rows_in_window(store, since, until, numeric)
+        store_usage.job_rows_in_window(store, since, until, numeric, columns=read, ordered=False)
         if numeric or not filters.job_ids
         else []
     )
     if sacct_jobs:
-        columns = store_usage.JOB_ROW_COLUMNS
         rows: dict[int, dict[str, Any]] = {}
         for record in stored:
-            row = dict(zip(columns, record, strict=True))
+            row = dict(zip(read, record, strict=True))
             rows[int(row["job_id"])] = _from_store(row)
         for job in sacct_jobs:
             rows[job.job_id] = _overlay(rows.get(job.job_id), job)
         jobs = pd.DataFrame([_finish(r, now) for r in rows.values()], columns=JOB_COLUMNS)
     else:
-        jobs = _stored_jobs(stored, now)
+        jobs = _stored_jobs(stored, read, now)
     jobs = _select(jobs, filters, scope)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
+    gpu_columns = FIGURE_GPU_ROW_COLUMNS if figures_only else GPU_COLUMNS
     if numeric or filters.job_ids or not len(wanted):
-        summary_rows = store_usage.summary_rows_for(store, wanted.tolist())
+        summary_rows = store_usage.summary_rows_for(store, wanted.tolist(), columns=gpu_columns)
     else:
-        summary_rows = _window_summaries(store, since, until, stored, wanted)
-    gpus = _gpu_rows(store, wanted, summary_rows)
+        summary_rows = _window_summaries(store, since, until, stored, wanted, gpu_columns)
+    gpus = _gpu_rows(store, wanted, summary_rows, gpu_columns)
     if not gpus.empty:
-        counted = gpus.groupby("job_id")["gpu_uuid"].count()
-        jobs["alloc_gpus"] = [
-            a if a and a > 0 else int(counted.get(j, 0))
-            for j, a in zip(jobs["job_id"], jobs["alloc_gpus"], strict=True)
-        ]
+        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gpus = add_cost(gpus, jobs, cost)
+    for name in ("user", "account", "partition"):
+        jobs[name] = _categorical(jobs[name])
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
 
 
-def _stored_jobs(stored: list[tuple[Any, ...]], now: float) -> pd.DataFrame:
-    """The store's job rows as the job frame, column by column: what `_from_store` and
-    `_finish` do per row, with the dtypes a frame of their records gets."""
-    raw = pd.DataFrame.from_records(stored, columns=list(store_usage.JOB_ROW_COLUMNS))
+def with_job_listing(store: Store, jobs: pd.DataFrame, now: float) -> pd.DataFrame:
+    """`jobs` with all JOB_COLUMNS: what a figures-only job frame read from the store
+    alone lacks (name, state, ...) is read from the store, for these (few) jobs."""
+    missing = [name for name in JOB_COLUMNS if name not in jobs.columns]
+    if not missing:
+        return jobs
+    stored = store_usage.job_rows_in_window(store, None, None, jobs["job_id"].tolist())
+    listing = _stored_jobs(stored, store_usage.JOB_ROW_COLUMNS, now).set_index("job_id")
+    return jobs.join(listing[missing], on="job_id")[JOB_COLUMNS]
+
+
+def _alloc_or_counted(jobs: pd.DataFrame, gpu_job_ids: np.ndarray) -> list[int]:
+    """Each job's allocated GPUs, or where unknown (None, 0) the number of its GPU rows."""
+    ids, counts = np.unique(gpu_job_ids, return_counts=True)
+    counted = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+    return [
+        a if a and a > 0 else counted.get(j, 0)
+        for j, a in zip(jobs["job_id"].tolist(), jobs["alloc_gpus"].tolist(), strict=True)
+    ]
+
+
+def _categorical(column: pd.Series) -> pd.Series:
+    """`_text(column)` as a categorical, categories sorted (codes in string order)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column
+    codes, uniques = pd.factorize(column, sort=True)
+    if (codes < 0).any() or (len(uniques) and uniques[0] == ""):
+        # None and "" both read "": one category, sorted first.
+        blank = len(uniques) > 0 and uniques[0] == ""
+        uniques = uniques if blank else pd.Index(["", *uniques], dtype="str")
+        codes = np.where(codes < 0, 0, codes if blank else codes + 1)
+    return pd.Series(pd.Categorical.from_codes(codes, uniques), index=column.index)
+
+
+def _stored_jobs(stored: list[tuple[Any, ...]], read: Sequence[str], now: float) -> pd.DataFrame:
+    """The store's job rows (tuples of the `read` columns) as the job frame, column by
+    column: what `_from_store` and `_finish` do per row, with the dtypes a frame of their
+    records gets. JOB_COLUMNS, or FIGURE_JOB_COLUMNS when only their columns were read."""
+    every = set(read) >= set(store_usage.JOB_ROW_COLUMNS)
+    names = JOB_COLUMNS if every else FIGURE_JOB_COLUMNS
+    raw = pd.DataFrame.from_records(stored, columns=list(read))
     if raw.empty:
-        return pd.DataFrame(columns=JOB_COLUMNS)
+        return pd.DataFrame(columns=names)
+    for name in read:
+        if name in store_usage.JOINED:
+            raw = raw.assign(**_split_joined(raw[name], store_usage.JOINED[name]))
+    start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
+    end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
+    stop = np.where(np.isnan(end), now, end)
+    elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
+    n = len(raw)
+    columns: dict[str, Callable[[], pd.Series]] = {
+        "job_id": lambda: raw["job_id"],
+        "job_id_text": lambda: _id_texts(raw),
+        "name": lambda: _text(raw["job_name"]),
+        "user": lambda: _categorical(raw["user"]),
+        "account": lambda: _categorical(raw["account"]),
+        "partition": lambda: _categorical(raw["partition"]),
+        "qos": lambda: pd.Series([""] * n, dtype="str"),
+        "state": lambda: _text(raw["state"]),
+        "submit_time": lambda: raw["submit_time"],
+        "start_time": lambda: raw["start_time"],
+        "end_time": lambda: raw["end_time"],
+        "elapsed_seconds": lambda: pd.Series(elapsed, dtype=float),
+        "time_limit_seconds": lambda: pd.Series([None] * n, dtype=object),
+        "nodes": lambda: _text(raw["nodes"]),
+        "alloc_gpus": lambda: pd.to_numeric(raw["gpus"]).fillna(0).astype("int64"),
+        "exit_code": lambda: raw["exit_code"],
+    }
+    return pd.DataFrame({name: columns[name]() for name in names}, columns=names)
+
+
+def _id_texts(raw: pd.DataFrame) -> pd.Series:
+    """`_array_text` of every row: the job id, `<array>_<task>` or `<het>+<offset>`."""
     text = raw["job_id"].astype(str)
     special = (raw["array_job_id"].notna() & raw["array_task_id"].notna()) | (
         raw["het_job_id"].notna() & raw["het_job_offset"].notna()
@@ -142,31 +251,7 @@ def _stored_jobs(stored: list[tuple[Any, ...]], now: float) -> pd.DataFrame:
         text = text.copy()
         for i in np.flatnonzero(special.to_numpy()):
             text.iat[int(i)] = _array_text({k: _none(raw.at[i, k]) for k in _ID_KEYS})
-    start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
-    end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
-    stop = np.where(np.isnan(end), now, end)
-    elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
-    gpus = pd.to_numeric(raw["gpus"]).fillna(0).astype("int64")
-    n = len(raw)
-    columns = {
-        "job_id": raw["job_id"],
-        "job_id_text": text,
-        "name": _text(raw["job_name"]),
-        "user": _text(raw["user"]),
-        "account": _text(raw["account"]),
-        "partition": _text(raw["partition"]),
-        "qos": pd.Series([""] * n, dtype="str"),
-        "state": _text(raw["state"]),
-        "submit_time": raw["submit_time"],
-        "start_time": raw["start_time"],
-        "end_time": raw["end_time"],
-        "elapsed_seconds": pd.Series(elapsed, dtype=float),
-        "time_limit_seconds": pd.Series([None] * n, dtype=object),
-        "nodes": _text(raw["nodes"]),
-        "alloc_gpus": gpus,
-        "exit_code": raw["exit_code"],
-    }
-    return pd.DataFrame(columns, columns=JOB_COLUMNS)
+    return text
 
 
 def _text(column: pd.Series) -> pd.Series:
@@ -191,14 +276,19 @@ def _window_summaries(
     until: float | None,
     stored: list[tuple[Any, ...]],
     wanted: np.ndarray,
+    columns: Sequence[str],
 ) -> list[tuple[Any, ...]]:
-    """Summary rows of the `wanted` jobs: the window's in one joined query, the rest
-    (jobs only sacct knows) by id; in job, node, GPU order like `summaries_for`."""
-    at = store_usage.JOB_ROW_COLUMNS.index("job_id")
-    in_store = _ids(stored, at)  # sorted, like `wanted`
+    """Summary rows of the `wanted` jobs, in no particular order (`_gpu_rows` orders
+    them): the window's in one joined query, the rest (jobs only sacct knows) by id."""
+    in_store = np.sort(_ids(stored, 0))  # job_id comes first; sorted like `wanted`
     rows = (
         store_usage.summary_rows_in_window(
-            store, since, until, (int(in_store[0]), int(in_store[-1]))
+            store,
+            since,
+            until,
+            (int(in_store[0]), int(in_store[-1])),
+            columns=columns,
+            ordered=False,
         )
         if len(in_store)
         else []
@@ -209,8 +299,7 @@ def _window_summaries(
     rows = [r for r in rows if r[0] in keep]
     extra = sorted(keep - {int(j) for j in in_store})
     if extra:
-        rows.extend(store_usage.summary_rows_for(store, extra))
-        rows.sort(key=lambda r: r[0])  # stable: each job keeps its node, GPU order
+        rows.extend(store_usage.summary_rows_for(store, extra, columns=columns))
     return rows
 
 
@@ -307,7 +396,7 @@ def _select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
     if f.nodes:
         wanted_nodes = set(f.nodes)
         jobs = keep([bool(wanted_nodes & set(str(n).split(","))) for n in jobs["nodes"]])
-    return jobs.sort_values("job_id")
+    return jobs if jobs["job_id"].is_monotonic_increasing else jobs.sort_values("job_id")
 
 
 def _id_matches(job_id: Any, text: Any, wanted: tuple[str, ...]) -> bool:
@@ -325,34 +414,87 @@ def _ids(rows: list[tuple[Any, ...]], at: int) -> np.ndarray:
 
 
 def _gpu_rows(
-    store: Store, job_ids: np.ndarray, summary_rows: list[tuple[Any, ...]]
+    store: Store,
+    job_ids: np.ndarray,
+    summary_rows: list[tuple[Any, ...]],
+    read: Sequence[str],
 ) -> pd.DataFrame:
+    """The GPU frame of summary rows (tuples of the `read` columns): them in job, node,
+    GPU order, then the rows of jobs with no summary (running jobs: their intervals'
+    totals). GPU_COLUMNS, or FIGURE_GPU_COLUMNS when those were read."""
+    names = [part for name in read for part in store_usage.JOINED.get(name, (name,))]
     if not len(job_ids):
-        return pd.DataFrame(columns=GPU_COLUMNS)
+        return pd.DataFrame(columns=names)
     records = list(summary_rows)
-    rest = np.setdiff1d(job_ids, _ids(records, 0)).tolist()  # sorted, like job_ids
+    summarized = len(records)
+    rest = job_ids[~np.isin(job_ids, _ids(records, 0))].tolist()  # sorted, like job_ids
     if rest:
         models = store_usage.gpu_models(store)
         for t in store_usage.interval_totals_for(store, rest):
-            records.append(
-                (
-                    t.job_id,
-                    t.node,
-                    t.gpu_uuid,
-                    models.get(t.gpu_uuid, ""),
-                    t.covered_seconds,
-                    t.active_seconds,
-                    t.util_mean_percent,
-                    t.util_max_percent,
-                    t.mem_max_bytes,
-                    t.mem_gib_seconds,
-                    t.energy_joules,
-                    0.0,
-                    "intervals",
-                    t.last_period_end,
-                )
-            )
-    return pd.DataFrame.from_records(records, columns=GPU_COLUMNS)
+            model = models.get(t.gpu_uuid, "")
+            row = {
+                "job_id": t.job_id,
+                "node": t.node,
+                "gpu_uuid": t.gpu_uuid,
+                "gpu_model": model,
+                "gpu": store_usage.JOIN_SEPARATOR.join((t.node, t.gpu_uuid, model)),
+                "gpu_seconds": t.covered_seconds,
+                "active_seconds": t.active_seconds,
+                "util_mean_percent": t.util_mean_percent,
+                "util_max_percent": t.util_max_percent,
+                "mem_max_bytes": t.mem_max_bytes,
+                "mem_gib_seconds": t.mem_gib_seconds,
+                "energy_joules": t.energy_joules,
+                "missing_seconds": 0.0,
+                "source": "intervals",
+                "data_until": t.last_period_end,
+            }
+            records.append(tuple(row[name] for name in read))
+    frame = pd.DataFrame.from_records(records, columns=list(read))
+    for name in read:  # (in place: a new frame would copy the number columns once more)
+        if name in store_usage.JOINED:
+            parts = _split_joined(frame[name], store_usage.JOINED[name])
+            frame = frame.drop(columns=name).assign(**parts)
+        elif name in CATEGORICAL_COLUMNS:
+            frame[name] = _categorical(frame[name])
+    # The summaries by job, node, GPU (in string order on every backend), sorted here
+    # as integer codes: cheaper than a database sort or a sort of tuples.
+    keys = (
+        frame["gpu_uuid"].cat.codes.to_numpy()[:summarized],
+        frame["node"].cat.codes.to_numpy()[:summarized],
+        frame["job_id"].to_numpy()[:summarized],
+    )
+    if not _ascending(keys):
+        order = np.concatenate([np.lexsort(keys), np.arange(summarized, len(frame))])
+        frame = frame.take(order)
+    return frame
+
+
+def _split_joined(texts: pd.Series, parts: Sequence[str]) -> dict[str, pd.Series]:
+    """The columns of a store's joined text column (`store_usage.JOINED`), each as a
+    categorical (`_categorical`), every distinct text split once."""
+    codes, distinct = pd.factorize(texts)
+    split = [
+        str(text).split(store_usage.JOIN_SEPARATOR, len(parts) - 1)
+        for text in np.asarray(distinct, dtype=object)  # not item by item from pandas
+    ]
+    out = {}
+    for i, name in enumerate(parts):
+        values = pd.Series(np.array([s[i] for s in split], dtype=object))
+        part = _categorical(values)
+        out[name] = pd.Series(part.array.take(codes, allow_fill=True), index=texts.index)
+    return out
+
+
+def _ascending(keys: tuple[np.ndarray, ...]) -> bool:
+    """Whether rows are already in `np.lexsort(keys)` order (last key first)."""
+    later = np.zeros(max(len(keys[0]) - 1, 0), dtype=bool)  # row > the one before
+    same = np.ones_like(later)
+    for key in reversed(keys):
+        step = np.diff(key)
+        later |= same & (step > 0)
+        same &= step == 0
+    return bool(np.all(later | same))
 
 
 def price_for(model: str, cost: CostSettings) -> float:

@@ -26,9 +26,10 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports.charts import render_page
-from slurm_gpu.reports.jobs import JobFilter, Usage
+from slurm_gpu.reports.jobs import JobFilter, Usage, with_job_listing
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import Segments, _figures, prorated
+from slurm_gpu.store import usage as store_usage
 from slurm_gpu.store.control import AuditEntry, ControlStore
 
 UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
@@ -86,7 +87,7 @@ def build_monthly(
     """
     since, until = month_bounds(month, env.tz)
     now = env.now_seconds
-    usage = env.usage(since, until, filters or JobFilter())
+    usage = env.usage(since, until, filters or JobFilter(), figures_only=True)
     rows = prorated(usage, since, until, now)
     full_seconds = (
         rows["gpu_seconds"].astype(float) / rows["fraction"].where(rows["fraction"] > 0, 1.0)
@@ -94,7 +95,8 @@ def build_monthly(
         else pd.Series(dtype=float)
     )
     keep = rows["fraction"] > 0 if len(rows) else pd.Series(dtype=bool)
-    rows, full_seconds = rows[keep], full_seconds[keep]
+    if not keep.all():  # usually every row is kept: no copy then
+        rows, full_seconds = rows[keep], full_seconds[keep]
     if len(rows):
         rows = rows.assign(
             idle_seconds=(rows["gpu_seconds"] - rows["active_seconds"]).clip(lower=0.0)
@@ -106,12 +108,9 @@ def build_monthly(
             )
         )
     days, day_starts = _days(since, until, env.tz)
-    inventory = env.store.inventory()
-    gpus_per_node: dict[str, int] = {}
-    for entry in inventory:
-        gpus_per_node[entry.node] = gpus_per_node.get(entry.node, 0) + 1
-    per_day = _per_day(rows, full_seconds, day_starts, until, now)
-    nodes = _nodes(rows, per_day, gpus_per_node, len(days), env.config.reports.hot_node_factor)
+    gpus_per_node = store_usage.gpus_per_node(env.store)
+    shares = _day_shares(rows, full_seconds, day_starts, until, now)
+    nodes = _nodes(rows, shares, gpus_per_node, len(days), env.config.reports.hot_node_factor)
     end = min(until, max(now, since))
     total = _figures(rows)
     visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
@@ -147,14 +146,12 @@ def build_monthly(
         generated=now,
         overview=overview,
         days=days,
-        daily_gpu_hours=[float(v) / 3600.0 for v in per_day.sum(axis=0)]
-        if per_day.size
-        else [0.0] * len(days),
+        daily_gpu_hours=[float(v) / 3600.0 for v in shares.per_day()],
         accounts=_grouped(rows, "account"),
         users=_grouped(rows, "user"),
         utilization=_utilization(rows),
         idle=_idle(rows),
-        waste_jobs=_waste_jobs(rows, usage, waste_top),
+        waste_jobs=_waste_jobs(rows, usage, waste_top, env),
         queue=_queue(usage, since, until),
         nodes=nodes,
         controller=controller,
@@ -180,38 +177,72 @@ def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], 
     return labels, starts
 
 
-def _per_day(
+@dataclass
+class DayShares:
+    """Each row's GPU-seconds on each day it touches: its whole GPU-seconds x its share of
+    that day, as (row, day, seconds) entries in row order (a row touches a few days of
+    the month, so a rows x days matrix would be mostly zeros)."""
+
+    rows: np.ndarray
+    days: np.ndarray
+    seconds: np.ndarray
+    n_rows: int
+    n_days: int
+
+    def per_day(self) -> np.ndarray:
+        """GPU-seconds per day, each day's rows added in row order."""
+        return np.bincount(self.days, weights=self.seconds, minlength=self.n_days)
+
+    def matrix(self) -> np.ndarray:
+        """The days x rows matrix (zeros where a row does not touch a day)."""
+        out = np.zeros((self.n_days, self.n_rows))
+        out[self.days, self.rows] = self.seconds
+        return out
+
+
+def _day_shares(
     rows: pd.DataFrame, full: pd.Series, starts: Sequence[float], until: float, now: float
-) -> np.ndarray:
-    """GPU-seconds of each row on each day: its whole GPU-seconds x its share of that day."""
+) -> DayShares:
+    """Which days each row touches and its GPU-seconds on each."""
+    edges = np.array([*starts, until], dtype=float)
     if not len(rows):
-        return np.zeros((0, len(starts)))
+        empty = np.zeros(0, dtype=np.intp)
+        return DayShares(empty, empty, np.zeros(0), 0, len(starts))
     start = pd.to_numeric(rows["start_time"], errors="coerce").to_numpy(dtype=float)
     stop = pd.to_numeric(rows["end_time"], errors="coerce").to_numpy(dtype=float)
     stop = np.where(np.isnan(stop), now, stop)
     length = stop - start
-    edges = [*starts, until]
-    out = np.zeros((len(rows), len(starts)))
-    total = full.to_numpy(dtype=float)
     positive = length > 0
-    for k in range(len(starts)):
-        # Only the rows that touch the day: every other row's share is 0 (or NaN, which
-        # nan_to_num makes 0), so its cell stays the 0.0 it starts as.
-        touch = np.flatnonzero(
-            np.where(positive, (stop > edges[k]) & (start < edges[k + 1]), start >= edges[k])
-            & (start < edges[k + 1])
-        )
-        a, b, n = start[touch], stop[touch], length[touch]
-        inside = np.minimum(b, edges[k + 1]) - np.maximum(a, edges[k])
-        share = np.where(n > 0, np.clip(inside, 0, None) / np.where(n > 0, n, 1), 0)
-        instant = (n <= 0) & (a >= edges[k]) & (a < edges[k + 1])
-        out[touch, k] = np.nan_to_num(total[touch] * np.where(instant, 1.0, share))
-    return out
+    # A row that lasts touches the days from the one it starts in (first end after its
+    # start) to the one it stops in (last start before its stop); an instant (or a row
+    # of unknown length) touches the day its start is in; a row of no start touches none.
+    first = np.where(
+        positive,
+        np.searchsorted(edges[1:], start, side="right"),
+        np.searchsorted(edges, start, side="right") - 1,
+    )
+    last = np.where(positive, np.searchsorted(edges[:-1], stop, side="left") - 1, first)
+    inside_month = (start < until) & (positive | (start >= edges[0]))
+    counts = np.where(inside_month, np.maximum(last - first + 1, 0), 0)
+    row = np.repeat(np.arange(len(rows)), counts)
+    day = (
+        np.repeat(first, counts)
+        + np.arange(len(row))
+        - np.repeat(np.cumsum(counts) - counts, counts)
+    )
+    a, b, n = start[row], stop[row], length[row]
+    low, high = edges[day], edges[day + 1]
+    inside = np.minimum(b, high) - np.maximum(a, low)
+    share = np.where(n > 0, np.clip(inside, 0, None) / np.where(n > 0, n, 1), 0)
+    instant = (n <= 0) & (a >= low) & (a < high)
+    total = full.to_numpy(dtype=float)[row]
+    seconds = np.nan_to_num(total * np.where(instant, 1.0, share))
+    return DayShares(row, day, seconds, len(rows), len(starts))
 
 
 def _nodes(
     rows: pd.DataFrame,
-    per_day: np.ndarray,
+    shares: DayShares,
     gpus_per_node: Mapping[str, int],
     days: int,
     hot_factor: float,
@@ -220,10 +251,22 @@ def _nodes(
     by_node: dict[str, np.ndarray] = {}
     seen_gpus: dict[str, int] = {}
     if len(rows):
-        frame = pd.DataFrame(per_day, index=rows["node"].to_numpy())
-        summed = frame.groupby(level=0).sum()
-        by_node = {str(n): summed.loc[n].to_numpy() for n in summed.index}
-        seen_gpus = {str(k): int(v) for k, v in rows.groupby("node")["gpu_uuid"].nunique().items()}
+        codes, uniques = pd.factorize(rows["node"], sort=True)
+        names_seen = list(uniques)  # one lookup each, not one per use
+        # One pandas group sum over the whole rows x days matrix, zeros included: it
+        # adds a group's rows compensated (or, group codes ascending, one by one), and a
+        # compensated sum can move on a zero. Day-major, as the frame keeps it: no copy.
+        frame = pd.DataFrame(shares.matrix().T, copy=False)
+        summed = frame.groupby(codes).sum()
+        by_node = {
+            str(names_seen[c]): seconds
+            for c, seconds in zip(summed.index, summed.to_numpy(), strict=True)
+            if c >= 0  # no node: left out, as groupby leaves out a missing key
+        }
+        seen_gpus = {
+            str(k): int(v)
+            for k, v in rows.groupby("node", observed=True)["gpu_uuid"].nunique().items()
+        }
     names = sorted(set(gpus_per_node) | set(by_node))
     total = sum(float(v.sum()) for v in by_node.values())
     out = []
@@ -242,9 +285,9 @@ def _nodes(
                 else None,
                 "share_percent": 100.0 * share,
                 "hot": "hot" if names and share > hot_factor / len(names) else "",
-                "daily_percent": [
-                    100.0 * float(s) / day_capacity if day_capacity else 0.0 for s in seconds
-                ],
+                "daily_percent": (100.0 * seconds / day_capacity).tolist()
+                if day_capacity
+                else [0.0] * len(seconds),
             }
         )
     return out
@@ -255,11 +298,16 @@ def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
     out = []
     if len(rows):
         groups = Segments(rows, key)
-        accounts = groups.column("account", dtype=object) if key == "user" else None
+        account_codes, accounts = None, None
+        if key == "user":  # a user's accounts: codes in group order, names once per group
+            codes, uniques = pd.factorize(rows["account"], use_na_sentinel=False)
+            accounts = list(uniques)
+            account_codes = codes[groups.order]
         for (value, figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
             record = {"key": str(value), **figures}
-            if accounts is not None:
-                record["account"] = ",".join(sorted({str(x) for x in accounts[a:b]}))
+            if account_codes is not None and accounts is not None:
+                names = {str(accounts[c]) for c in np.unique(account_codes[a:b])}
+                record["account"] = ",".join(sorted(names))
             record["idle_cost"] = groups.sum("idle_cost", a, b)
             out.append(record)
     out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
@@ -314,17 +362,20 @@ def _idle(rows: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int) -> list[dict[str, Any]]:
-    """The jobs with the most idle GPU-hours in the month."""
+def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> list[dict[str, Any]]:
+    """The jobs with the most idle GPU-hours in the month (named from the store when the
+    month's job frame holds figures only)."""
     if not len(rows):
         return []
     idle = rows.groupby("job_id")["idle_seconds"].sum()
     idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
-    facts = usage.jobs.set_index("job_id")
+    listed = usage.jobs[usage.jobs["job_id"].isin(idle.index)]
+    facts = with_job_listing(env.store, listed, env.now_seconds).set_index("job_id")
+    job_ids = rows["job_id"].to_numpy()
     out = []
     for job_id in idle.index:
         job = facts.loc[job_id]
-        figures = _figures(rows[rows["job_id"] == job_id])
+        figures = _figures(rows.iloc[np.flatnonzero(job_ids == job_id)])
         out.append(
             {
                 "job_id": str(job["job_id_text"]),
@@ -380,6 +431,7 @@ def _actions(entries: Sequence[AuditEntry], usage: Usage) -> list[dict[str, Any]
     """One record per enforced audit entry, with GPU-hours returned for done cancellations."""
     ids = {e.job_id for e in entries if e.job_id is not None}
     jobs = usage.jobs[usage.jobs["job_id"].isin(ids)] if ids else usage.jobs.iloc[0:0]
+    jobs = jobs[["job_id", "alloc_gpus", "start_time", "time_limit_seconds"]]  # what's used
     facts: dict[int, dict[str, Any]] = {
         int(j["job_id"]): {str(k): v for k, v in j.items()} for j in jobs.to_dict("records")
     }

@@ -74,8 +74,18 @@ class ReportEnv:
             self.warnings.append(f"sacct failed, using the store only: {exc}")
             return None
 
-    def usage(self, since: float | None, until: float | None, filters: JobFilter) -> Usage:
-        """The jobs (and their GPUs) of this selection that the caller may see."""
+    def usage(
+        self,
+        since: float | None,
+        until: float | None,
+        filters: JobFilter,
+        *,
+        figures_only: bool = False,
+    ) -> Usage:
+        """The jobs (and their GPUs) of this selection that the caller may see.
+
+        figures_only: only what report figures need (`load_usage`).
+        """
         return load_usage(
             self.store,
             since=since,
@@ -85,6 +95,7 @@ class ReportEnv:
             scope=self.scope,
             filters=filters,
             cost=self.config.cost,
+            figures_only=figures_only,
         )
 
     def close(self) -> None:

@@ -172,15 +172,17 @@ def _figures(rows: pd.DataFrame) -> dict[str, Any]:
     gpu_seconds = float(rows["gpu_seconds"].sum()) if len(rows) else 0.0
     active = float(rows["active_seconds"].sum()) if len(rows) else 0.0
     idle = max(gpu_seconds - active, 0.0)
-    known = rows[rows["util_mean_percent"].notna()] if len(rows) else rows
-    weight = float(known["gpu_seconds"].sum()) if len(known) else 0.0
+    # The rows with a mean utilization, column by column (not a copy of every column).
+    known = rows["util_mean_percent"].notna() if len(rows) else pd.Series(dtype=bool)
+    known_gpu = rows["gpu_seconds"][known] if len(rows) else pd.Series(dtype=float)
+    weight = float(known_gpu.sum()) if len(known_gpu) else 0.0
     util = (
-        float((known["util_mean_percent"].astype(float) * known["gpu_seconds"]).sum() / weight)
+        float((rows["util_mean_percent"][known].astype(float) * known_gpu).sum() / weight)
         if weight > 0
         else None
     )
     waits = (
-        rows.drop_duplicates("job_id")["queue_wait"].dropna().astype(float)
+        rows["queue_wait"][~rows["job_id"].duplicated()].dropna().astype(float)
         if len(rows)
         else pd.Series(dtype=float)
     )
@@ -212,11 +214,13 @@ class Segments:
 
     def __init__(self, rows: pd.DataFrame, key: str) -> None:
         codes, uniques = pd.factorize(rows[key], sort=True)
-        order = np.argsort(codes, kind="stable")
+        # Few groups: as int16 the stable sort is a radix sort (same order, ~5x faster).
+        narrow = codes.astype(np.int16) if len(uniques) < 2**15 else codes
+        order = np.argsort(narrow, kind="stable")
         order = order[codes[order] >= 0]  # groupby leaves NaN keys out
         counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
         ends = np.cumsum(counts)
-        self.keys = [uniques[i] for i in range(len(uniques))]
+        self.keys = list(uniques)
         self.bounds = list(zip((ends - counts).tolist(), ends.tolist(), strict=True))
         self.rows = rows
         self.order = order

@@ -30,7 +30,7 @@ from slurm_gpu.models import (
     JobGpuSummary,
 )
 from slurm_gpu.store import convert, rollup
-from slurm_gpu.store.dialect import insert_ignore, upsert
+from slurm_gpu.store.dialect import binary_bulk_rows, insert_ignore, upsert
 from slurm_gpu.store.rollup import GpuHourly
 from slurm_gpu.store.schema import (
     gpu_activity,
@@ -120,6 +120,7 @@ class Store:
         if self.dialect == "sqlite":
             sa.event.listen(self.engine, "connect", _sqlite_connect)
             sa.event.listen(self.engine, "begin", _sqlite_begin)
+        binary_bulk_rows(self.engine)
 
     # ------------------------------------------------------------------ plumbing
 

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.store import convert
+from slurm_gpu.store.dialect import BULK_ROWS
 from slurm_gpu.store.schema import gpu_intervals, gpu_inventory, job_gpu_summaries, jobs
 from slurm_gpu.store.store import Store
 
@@ -109,16 +110,50 @@ def _sorted_in_python(store: Store) -> bool:
     return store.dialect == "sqlite"
 
 
+# Text columns a bulk read can return joined into one text, NULL as "", with
+# JOIN_SEPARATOR between (in no name, UUID or model): one string per row instead of
+# several, for a reader that splits each distinct text once (a month has ~10^6 summary
+# rows of ~10^4 GPUs, ~10^5 jobs of ~10^3 users).
+JOINED = {
+    "gpu": ("node", "gpu_uuid", "gpu_model"),  # of job_gpu_summaries
+    "owner": ("user", "account", "partition"),  # of jobs
+}
+JOIN_SEPARATOR = "\x1f"  # ASCII unit separator
+
+
+def _column(table: sa.Table, columns: Any, name: str) -> Any:
+    """The SQL of column `name` of `table`: one of `columns`, or a `JOINED` text."""
+    if name not in JOINED:
+        return columns[name]
+    first, *rest = (sa.func.coalesce(table.c[part], "") for part in JOINED[name])
+    text: Any = first
+    for value in rest:
+        text = text + JOIN_SEPARATOR + value
+    return sa.type_coerce(text, sa.String()).label(name)
+
+
 # The `jobs` columns reports/jobs.py reads (cluster and uid it does not).
 JOB_ROW_COLUMNS = tuple(c.name for c in jobs.columns if c.name not in ("cluster", "uid"))
 
 
 def job_rows_in_window(
-    store: Store, since: float | None, until: float | None, job_ids: Sequence[int] = ()
+    store: Store,
+    since: float | None,
+    until: float | None,
+    job_ids: Sequence[int] = (),
+    *,
+    columns: Sequence[str] = JOB_ROW_COLUMNS,
+    ordered: bool = True,
 ) -> list[tuple[Any, ...]]:
-    """`jobs_in_window` as plain tuples in `JOB_ROW_COLUMNS` order (no dict per row)."""
+    """`jobs_in_window` as plain tuples of `columns` (`JOB_ROW_COLUMNS` or "owner").
+
+    Ordered by job id unless `ordered` is false: then in the order the database read
+    them, for a caller that sorts them itself (a month read through the end_time index
+    comes in end order; reading the tuples in job order afterwards jumps all over memory).
+    """
     j = jobs.c
-    base = sa.select(*(jobs.c[name] for name in JOB_ROW_COLUMNS)).where(j.cluster == store.cluster)
+    selected = (_column(jobs, jobs.c, name) for name in columns)
+    base = sa.select(*selected).where(j.cluster == store.cluster)
     if job_ids:
         queries = [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
     else:
@@ -126,19 +161,21 @@ def job_rows_in_window(
     rows: list[tuple[Any, ...]] = []
     with store._read("reading jobs") as conn:
         for query in queries:
-            rows.extend(_tuples(conn.execute(query)))
-    at = JOB_ROW_COLUMNS.index("job_id")
-    rows.sort(key=operator.itemgetter(at))  # job ids are unique: any backend, one order
+            rows.extend(_tuples(conn, query))
+    if ordered:
+        at = list(columns).index("job_id")
+        rows.sort(key=operator.itemgetter(at))  # job ids are unique: any backend, one order
     return rows
 
 
-def _tuples(result: Any) -> list[tuple[Any, ...]]:
-    """All rows of a result as the driver's plain tuples, without a `Row` per row.
+def _tuples(conn: sa.Connection, query: Any) -> list[tuple[Any, ...]]:
+    """All rows of a query as the driver's plain tuples, without a `Row` per row.
 
-    The window queries select only BigInteger, Integer, String, Text and Double columns
+    The bulk queries select only BigInteger, Integer, String, Text and Double columns
     (and a string literal), which SQLAlchemy passes through unchanged on every
     supported driver (sqlite3, psycopg, PyMySQL): the driver's rows are the values.
     """
+    result = conn.execute(query.execution_options(**{BULK_ROWS: True}))
     rows = result.cursor.fetchall()
     result.close()
     return rows if isinstance(rows, list) else list(rows)
@@ -163,24 +200,17 @@ SUMMARY_ROW_COLUMNS = (
 )
 
 
-def _summary_select() -> Any:
-    s = job_gpu_summaries.c
-    return sa.select(
-        s.job_id,
-        s.node,
-        s.gpu_uuid,
-        s.gpu_model,
-        s.gpu_seconds,
-        s.active_seconds,
-        s.util_mean_percent,
-        s.util_max_percent,
-        s.mem_max_bytes,
-        s.mem_gib_seconds,
-        s.energy_joules,
-        s.missing_seconds,
-        sa.literal("summary", sa.String()).label("source"),
-        s.end.label("data_until"),
-    )
+# What each column is in SQL.
+_SUMMARY_EXPRESSIONS: dict[str, Any] = {
+    **{column.name: column for column in job_gpu_summaries.columns},
+    "source": sa.literal("summary", sa.String()).label("source"),
+    "data_until": job_gpu_summaries.c.end.label("data_until"),
+}
+
+
+def _summary_select(columns: Sequence[str]) -> Any:
+    """SELECT of these columns (`SUMMARY_ROW_COLUMNS` or "gpu"), in this order."""
+    return sa.select(*(_column(job_gpu_summaries, _SUMMARY_EXPRESSIONS, c) for c in columns))
 
 
 def summary_rows_in_window(
@@ -188,11 +218,14 @@ def summary_rows_in_window(
     since: float | None,
     until: float | None,
     job_ids_between: tuple[int, int] | None = None,
+    *,
+    columns: Sequence[str] = SUMMARY_ROW_COLUMNS,
+    ordered: bool = True,
 ) -> list[tuple[Any, ...]]:
-    """Job GPU summaries of the jobs `jobs_in_window` selects, as `SUMMARY_ROW_COLUMNS` tuples.
+    """Job GPU summaries of the jobs `jobs_in_window` selects, as tuples of `columns`.
 
     One SELECT: summaries joined to their jobs, the window tested on the jobs' indexed
-    end_time; ordered like `summaries_for` (job, node, GPU).
+    end_time; ordered like `summaries_for` (job, node, GPU) unless `ordered` is false.
 
     Args:
         store: the accounting store.
@@ -201,11 +234,16 @@ def summary_rows_in_window(
             caller read them already (`job_rows_in_window`): a redundant bound that lets
             the database walk the summaries' primary key over that range only (Slurm
             hands out job ids in submit order, so a month is one narrow range).
+        columns: which of `SUMMARY_ROW_COLUMNS` (default all) or "gpu" (`JOINED`): a
+            report that only sums figures reads fewer, as each costs an object per row.
+        ordered: false returns the rows in the order the database found them, for a
+            caller that orders them itself (cheaper than a database sort or a tuple
+            sort); true needs job_id, node and gpu_uuid among the columns.
     """
     s = job_gpu_summaries.c
     j = jobs.c
     query = (
-        _summary_select()
+        _summary_select(columns)
         .select_from(
             job_gpu_summaries.join(jobs, sa.and_(j.cluster == s.cluster, j.job_id == s.job_id))
         )
@@ -215,28 +253,31 @@ def summary_rows_in_window(
     if job_ids_between is not None:
         low, high = job_ids_between
         query = query.where(j.job_id.between(low, high), s.job_id.between(low, high))
-    in_python = _sorted_in_python(store)
-    if not in_python:
+    in_python = ordered and _sorted_in_python(store)
+    if ordered and not in_python:
         query = query.order_by(s.job_id, s.node, s.gpu_uuid)
     with store._read("reading job summaries of a period") as conn:
-        rows = _tuples(conn.execute(query))
+        rows = _tuples(conn, query)
     if in_python:
-        rows.sort(key=operator.itemgetter(0, 1, 2))
+        at = [columns.index(name) for name in ("job_id", "node", "gpu_uuid")]
+        rows.sort(key=operator.itemgetter(*at))
     return rows
 
 
-def summary_rows_for(store: Store, job_ids: Sequence[int]) -> list[tuple[Any, ...]]:
-    """`summaries_for` as `SUMMARY_ROW_COLUMNS` tuples (no object per row)."""
+def summary_rows_for(
+    store: Store, job_ids: Sequence[int], *, columns: Sequence[str] = SUMMARY_ROW_COLUMNS
+) -> list[tuple[Any, ...]]:
+    """`summaries_for` as tuples of `columns` (no object per row)."""
     s = job_gpu_summaries.c
     out: list[tuple[Any, ...]] = []
     with store._read("reading job summaries") as conn:
         for chunk in _chunks(job_ids):
             query = (
-                _summary_select()
+                _summary_select(columns)
                 .where(s.cluster == store.cluster, s.job_id.in_(chunk))
                 .order_by(s.job_id, s.node, s.gpu_uuid)
             )
-            out.extend(_tuples(conn.execute(query)))
+            out.extend(_tuples(conn, query))
     return out
 
 
@@ -328,6 +369,14 @@ def gpu_models(store: Store) -> dict[str, str]:
     i = gpu_inventory.c
     with store._read("reading GPU models") as conn:
         return {r.uuid: r.model for r in conn.execute(sa.select(i.uuid, i.model))}
+
+
+def gpus_per_node(store: Store) -> dict[str, int]:
+    """{node: number of GPUs in its inventory}."""
+    i = gpu_inventory.c
+    query = sa.select(i.node, sa.func.count()).group_by(i.node)
+    with store._read("counting GPUs per node") as conn:
+        return {node: int(count) for node, count in conn.execute(query)}
 
 
 def sync_jobs(store: Store, rows: Iterable[Mapping[str, Any]]) -> int:

@@ -19,6 +19,7 @@ from slurm_gpu.cli.db import db
 from slurm_gpu.errors import StoreError
 from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.store import Store
+from slurm_gpu.store import usage as store_usage
 from slurm_gpu.store.schema import ALL_TABLES, metadata
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z, 13 min 20 s past an hour
@@ -257,6 +258,39 @@ def test_inventory_keeps_first_seen_and_latest_last_seen(store: Store) -> None:
     store.upsert_inventory("gpu1", [a], T0)  # a late, older report
     got = [(e.node, e.device, e.first_seen, e.last_seen) for e in store.inventory()]
     assert [("gpu1", a, T0, T0 + 200), ("gpu1", b, T0 + 100, T0 + 100)] == got
+
+
+def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
+    """The reports' bulk reads (binary rows on psycopg; node, GPU and model, or user,
+    account and partition, joined into one text, NULL as "") give the stored values."""
+    store.upsert_jobs(
+        [
+            {"job_id": 42, "user": "alice", "account": "physics", "partition": "gpu",
+             "submit_time": T0 - 60.25, "start_time": T0, "end_time": T0 + 3600.5, "gpus": 2},
+            {"job_id": 43, "account": "bio", "start_time": T0, "end_time": T0 + 10.0},
+        ]
+    )  # fmt: skip
+    store.add_summaries([summary(37.25, node="gpu2"), summary(12.125)])
+    sep = store_usage.JOIN_SEPARATOR
+    jobs = store_usage.job_rows_in_window(
+        store, T0, T0 + 7200, columns=("job_id", "owner", "submit_time", "end_time", "gpus")
+    )
+    assert [
+        (42, sep.join(("alice", "physics", "gpu")), T0 - 60.25, T0 + 3600.5, 2),
+        (43, sep.join(("", "bio", "")), None, T0 + 10.0, None),
+    ] == jobs
+    columns = ("job_id", "gpu", "gpu_seconds", "util_mean_percent", "mem_max_bytes")
+    rows = store_usage.summary_rows_in_window(store, T0, T0 + 7200, columns=columns, ordered=False)
+    gpu = sep.join(("{}", "GPU-0000", "NVIDIA A100-SXM4-80GB"))
+    assert [
+        (42, gpu.format("gpu1"), 3600.5, 12.125, None),
+        (42, gpu.format("gpu2"), 3600.5, 37.25, None),
+    ] == sorted(rows)
+    a = GpuDevice("GPU-a", "NVIDIA A100", 0, 0, "00000000:07:00.0", None)
+    b = GpuDevice("GPU-b", "NVIDIA A100", 1, 1, "00000000:0F:00.0", None)
+    store.upsert_inventory("gpu1", [a, b], T0)
+    store.upsert_inventory("gpu2", [a], T0)
+    assert {"gpu1": 2, "gpu2": 1} == store_usage.gpus_per_node(store)
 
 
 # ---------------------------------------------------------------------- rollup

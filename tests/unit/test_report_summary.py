@@ -161,6 +161,17 @@ def test_running_job_reads_intervals(store: Store) -> None:
     )
 
 
+def test_figures_only_reads_the_same_figures(store: Store) -> None:
+    """Reading only what figures need gives the same report, running jobs' intervals too."""
+    for group in ("user", "node", "gpu_model"):
+        full = build_report(usage(store), group, since=T0 - 1, until=T0 + 7200, now=T0 + 120)
+        lean = build_report(
+            usage(store, figures_only=True), group, since=T0 - 1, until=T0 + 7200, now=T0 + 120
+        )
+        assert (full.rows, full.total, full.top_waste) == (lean.rows, lean.total, lean.top_waste)
+    assert {3} == set(usage(store, figures_only=True).gpus.query("gpu_seconds == 60")["job_id"])
+
+
 def test_scope_hides_other_users(store: Store) -> None:
     """A user sees their own jobs only; a coordinator their account's too."""
     alice = Scope(Caller(1001, "alice"), False)

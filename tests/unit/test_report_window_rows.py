@@ -5,11 +5,18 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.models import JobGpuSummary
-from slurm_gpu.reports.jobs import GPU_COLUMNS, load_usage
+from slurm_gpu.reports.jobs import (
+    FIGURE_GPU_COLUMNS,
+    FIGURE_JOB_COLUMNS,
+    GPU_COLUMNS,
+    load_usage,
+    with_job_listing,
+)
 from slurm_gpu.store import Store
 from slurm_gpu.store import usage as store_usage
 
@@ -126,3 +133,35 @@ def test_load_usage_names_array_and_het_jobs_like_sacct(tmp_path: Path) -> None:
     assert [H, H, 2 * H] == list(usage.jobs["elapsed_seconds"])
     assert ["", "", ""] == list(usage.jobs["user"])
     assert [0, 0, 0] == list(usage.jobs["alloc_gpus"])
+
+
+def test_figures_only_load_has_the_full_loads_figures(store: Store) -> None:
+    """Reading only what figures need (user, account, partition and node, GPU, model each
+    read as one text) gives the full read's figure columns, value for value; the listing
+    columns of a few jobs come from the store."""
+    kw = {"since": NOV, "until": DEC, "now": DEC + 10 * H, "sacct_jobs": None, "scope": ADMIN}
+    full = load_usage(store, **kw)  # type: ignore[arg-type]
+    lean = load_usage(store, **kw, figures_only=True)  # type: ignore[arg-type]
+    pd.testing.assert_frame_equal(full.jobs[FIGURE_JOB_COLUMNS], lean.jobs[FIGURE_JOB_COLUMNS])
+    columns = [*FIGURE_GPU_COLUMNS, "cost"]
+    pd.testing.assert_frame_equal(full.gpus[columns], lean.gpus[columns])
+    listed = with_job_listing(store, lean.jobs, DEC + 10 * H)
+    pd.testing.assert_frame_equal(full.jobs, listed)
+
+
+def test_figures_only_keeps_missing_names_blank(tmp_path: Path) -> None:
+    """A job with no user or partition reads "" for them, as in the full read."""
+    s = Store(f"sqlite:///{tmp_path}/c.db", cluster="c")
+    s.upgrade()
+    s.upsert_jobs(
+        [
+            {"job_id": 1, "user": None, "account": "a", "start_time": NOV + H},
+            {"job_id": 2, "user": "u", "account": None, "partition": "p", "start_time": NOV + H},
+        ]
+    )
+    usage = load_usage(
+        s, since=NOV, until=DEC, now=NOV + 2 * H, sacct_jobs=None, scope=ADMIN, figures_only=True
+    )
+    assert [("", "a", ""), ("u", "", "p")] == list(
+        zip(usage.jobs["user"], usage.jobs["account"], usage.jobs["partition"], strict=True)
+    )
