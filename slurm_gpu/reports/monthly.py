@@ -547,10 +547,11 @@ def write_monthly(report: MonthlyReport, out: Path) -> list[Path]:
                 writer.writerow(["node", "gpus", "gpu_hours", "occupancy_percent", "hot",
                                  *[f"day_{d}_percent" for d in report.days]])  # fmt: skip
                 for n in report.nodes:
+                    # daily_percent: floats (~10^4 cells a month): `_cell` without its checks
                     writer.writerow(
                         [n["node"], n["gpus"], _cell(n["gpu_hours"]),
                          _cell(n["occupancy_percent"]), n["hot"],
-                         *[_cell(v) for v in n["daily_percent"]]]
+                         *[round(v, 6) if v == v else "" for v in n["daily_percent"]]]
                     )  # fmt: skip
             else:
                 writer.writerow([HEADERS.get(c, c) for c in columns])
