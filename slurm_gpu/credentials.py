@@ -15,18 +15,19 @@ import stat
 from pathlib import Path
 
 from slurm_gpu.config import CREDENTIALS_GROUP
+from slurm_gpu.store.store import url_secrets
 
 
 def exposures(config_file: Path, store_url: str) -> list[str]:
     """One line per way an arbitrary local user could read the store's credentials."""
     found = []
-    if _has_password(store_url) and _readable_by_others(config_file):
+    has_password, database = url_secrets(store_url)
+    if has_password and _readable_by_others(config_file):
         found.append(
             f"{config_file}: store.url carries a password and the file is readable by every"
             f" user; make it root:{CREDENTIALS_GROUP} and mode 0640"
             f" (chgrp {CREDENTIALS_GROUP} {config_file}; chmod 0640 {config_file})"
         )
-    database = _sqlite_file(store_url)
     if database is not None and database.exists() and _readable_by_others(database):
         found.append(
             f"{database}: the SQLite store is readable by every user; keep it in a folder of"
@@ -34,21 +35,6 @@ def exposures(config_file: Path, store_url: str) -> list[str]:
             f" (chgrp {CREDENTIALS_GROUP} {database.parent}; chmod 0750 {database.parent})"
         )
     return found
-
-
-def _has_password(url: str) -> bool:
-    _, sep, rest = url.partition("://")
-    credentials = rest.rpartition("@")[0] if sep else ""
-    return ":" in credentials
-
-
-def _sqlite_file(url: str) -> Path | None:
-    """The database file of a sqlite:/// URL (None: not SQLite, or in memory)."""
-    scheme, sep, rest = url.partition(":///")
-    if not sep or not scheme.startswith("sqlite"):
-        return None
-    path = rest.split("?", 1)[0]
-    return Path("/" + path.lstrip("/")) if path and path != ":memory:" else None
 
 
 def _readable_by_others(path: Path) -> bool:

@@ -71,6 +71,18 @@ def describe_url(url: sa.URL) -> str:
     return f"{url.get_backend_name()}://{host}{port}/{url.database or ''}"
 
 
+def url_secrets(url: str) -> tuple[bool, Path | None]:
+    """What of a store URL gives access to the data: whether it carries a password, and
+    its SQLite database file (None: another backend, in memory, or not a valid URL)."""
+    try:
+        parsed = sa.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):
+        return False, None
+    database = parsed.database
+    is_file = parsed.get_backend_name() == "sqlite" and bool(database) and database != ":memory:"
+    return bool(parsed.password), Path(database) if is_file and database else None
+
+
 def _short(exc: BaseException) -> str:
     # DBAPIError's str() carries the SQL and (unless hidden) its parameters: show the driver's
     # own message instead, first line only.
