@@ -81,6 +81,9 @@ FIGURE_GPU_ROW_COLUMNS = ("job_id", "gpu", *FIGURE_GPU_COLUMNS[4:])
 # Text columns with few distinct values, held as categoricals: grouping and joining on
 # them then works on integer codes, factorized once here instead of in every report.
 CATEGORICAL_COLUMNS = ("user", "account", "partition", "node", "gpu_uuid", "gpu_model")
+# Store rows as read: the driver's tuples, or (a figures-only read) one numpy
+# structured array of `_numpy_dtype(columns)`.
+Records = list[tuple[Any, ...]] | np.ndarray
 RUNNING_STATES = frozenset({"RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
 
 
@@ -138,11 +141,15 @@ def load_usage(
     # state and node list: those need every column.
     lean = figures_only and not (sacct_jobs or filters.job_ids or filters.states or filters.nodes)
     read = FIGURE_JOB_ROW_COLUMNS if lean else store_usage.JOB_ROW_COLUMNS
-    stored = (
-        store_usage.job_rows_in_window(store, since, until, numeric, columns=read, ordered=False)
-        if numeric or not filters.job_ids
-        else []
-    )
+    stored: Records
+    if lean:  # a window's figures: straight into numpy
+        stored = store_usage.job_array_in_window(store, since, until, _numpy_dtype(read))
+    elif numeric or not filters.job_ids:
+        stored = store_usage.job_rows_in_window(
+            store, since, until, numeric, columns=read, ordered=False
+        )
+    else:
+        stored = []
     if sacct_jobs:
         rows: dict[int, dict[str, Any]] = {}
         for record in stored:
@@ -156,6 +163,7 @@ def load_usage(
     jobs = _select(jobs, filters, scope)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
     gpu_columns = FIGURE_GPU_ROW_COLUMNS if figures_only else GPU_COLUMNS
+    summary_rows: Records
     if numeric or filters.job_ids or not len(wanted):
         summary_rows = store_usage.summary_rows_for(store, wanted.tolist(), columns=gpu_columns)
     else:
@@ -210,13 +218,13 @@ def _categorical(column: pd.Series) -> pd.Series:
     return pd.Series(pd.Categorical.from_codes(codes, uniques), index=column.index)
 
 
-def _stored_jobs(stored: list[tuple[Any, ...]], read: Sequence[str], now: float) -> pd.DataFrame:
+def _stored_jobs(stored: Records, read: Sequence[str], now: float) -> pd.DataFrame:
     """The store's job rows (tuples of the `read` columns) as the job frame, column by
     column: what `_from_store` and `_finish` do per row, with the dtypes a frame of their
     records gets. JOB_COLUMNS, or FIGURE_JOB_COLUMNS when only their columns were read."""
     every = set(read) >= set(store_usage.JOB_ROW_COLUMNS)
     names = JOB_COLUMNS if every else FIGURE_JOB_COLUMNS
-    if not stored:
+    if not len(stored):
         return pd.DataFrame(columns=names)
     raw = _row_frame(stored, read)
     start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
@@ -278,32 +286,37 @@ def _window_summaries(
     store: Store,
     since: float | None,
     until: float | None,
-    stored: list[tuple[Any, ...]],
+    stored: Records,
     wanted: np.ndarray,
     columns: Sequence[str],
-) -> list[tuple[Any, ...]]:
+) -> Records:
     """Summary rows of the `wanted` jobs, in no particular order (`_gpu_rows` orders
-    them): the window's in one joined query, the rest (jobs only sacct knows) by id."""
+    them): the window's in one joined query, the rest (jobs only sacct knows) by id.
+    A numpy array when `stored` is one (a figures-only read), else tuples."""
     in_store = np.sort(_ids(stored, 0))  # job_id comes first; sorted like `wanted`
-    rows = (
-        store_usage.summary_rows_in_window(
-            store,
-            since,
-            until,
-            (int(in_store[0]), int(in_store[-1])),
-            columns=columns,
-            ordered=False,
-        )
-        if len(in_store)
-        else []
-    )
+    as_array = isinstance(stored, np.ndarray)
+    rows: Records = []
+    if len(in_store):
+        between = (int(in_store[0]), int(in_store[-1]))
+        if as_array:
+            rows = store_usage.summary_array_in_window(
+                store, since, until, between, _numpy_dtype(columns)
+            )
+        else:
+            rows = store_usage.summary_rows_in_window(
+                store, since, until, between, columns=columns, ordered=False
+            )
     if np.array_equal(in_store, wanted):
         return rows
-    keep = {int(j) for j in wanted}
-    rows = [r for r in rows if r[0] in keep]
-    extra = sorted(keep - {int(j) for j in in_store})
+    if isinstance(rows, np.ndarray):
+        rows = rows[np.isin(rows["job_id"], wanted)]
+    else:
+        keep = {int(j) for j in wanted}
+        rows = [r for r in rows if r[0] in keep]
+    extra = sorted(set(wanted.tolist()) - set(in_store.tolist()))
     if extra:
-        rows.extend(store_usage.summary_rows_for(store, extra, columns=columns))
+        more = store_usage.summary_rows_for(store, extra, columns=columns)
+        rows = _concatenated(rows, more, columns) if as_array else [*rows, *more]
     return rows
 
 
@@ -412,15 +425,28 @@ def _id_matches(job_id: Any, text: Any, wanted: tuple[str, ...]) -> bool:
     )
 
 
-def _ids(rows: list[tuple[Any, ...]], at: int) -> np.ndarray:
+def _ids(rows: Records, at: int) -> np.ndarray:
     """Column `at` (a job id) of the rows, as int64."""
+    if isinstance(rows, np.ndarray):
+        names = rows.dtype.names or ()
+        return rows[names[at]].astype(np.int64, copy=False)
     return np.fromiter(map(operator.itemgetter(at), rows), dtype=np.int64, count=len(rows))
+
+
+def _concatenated(
+    array: Records, more: Sequence[tuple[Any, ...]], read: Sequence[str]
+) -> np.ndarray:
+    """A figures-only read's rows (`_numpy_dtype(read)`) followed by `more` of them."""
+    dtype = _numpy_dtype(read)
+    extra = np.fromiter(more, dtype=dtype, count=len(more))
+    first = array if isinstance(array, np.ndarray) else np.fromiter(array, dtype=dtype)
+    return np.concatenate([first, extra])
 
 
 def _gpu_rows(
     store: Store,
     job_ids: np.ndarray,
-    summary_rows: list[tuple[Any, ...]],
+    summary_rows: Records,
     read: Sequence[str],
 ) -> pd.DataFrame:
     """The GPU frame of summary rows (tuples of the `read` columns): them in job, node,
@@ -429,9 +455,10 @@ def _gpu_rows(
     names = [part for name in read for part in store_usage.JOINED.get(name, (name,))]
     if not len(job_ids):
         return pd.DataFrame(columns=names)
-    records = list(summary_rows)
+    records: Records = summary_rows if isinstance(summary_rows, np.ndarray) else list(summary_rows)
     summarized = len(records)
     rest = job_ids[~np.isin(job_ids, _ids(records, 0))].tolist()  # sorted, like job_ids
+    running: list[tuple[Any, ...]] = []
     if rest:
         models = store_usage.gpu_models(store)
         for t in store_usage.interval_totals_for(store, rest):
@@ -453,7 +480,11 @@ def _gpu_rows(
                 "source": "intervals",
                 "data_until": t.last_period_end,
             }
-            records.append(tuple(row[name] for name in read))
+            running.append(tuple(row[name] for name in read))
+    if isinstance(records, np.ndarray):
+        records = _concatenated(records, running, read) if running else records
+    else:
+        records.extend(running)
     frame = _row_frame(records, read)
     for name in read:  # (in place: a new frame would copy the number columns once more)
         if name in CATEGORICAL_COLUMNS:
@@ -481,22 +512,31 @@ _NUMPY_DTYPES = {
 }
 
 
-def _row_frame(records: Sequence[tuple[Any, ...]], read: Sequence[str]) -> pd.DataFrame:
-    """Store rows (tuples of the `read` columns) as a frame, joined texts split.
+def _numpy_dtype(read: Sequence[str]) -> np.dtype[Any]:
+    """The structured dtype a figures-only read of these columns is held in."""
+    return np.dtype([(name, _NUMPY_DTYPES.get(name, "O")) for name in read])
+
+
+def _row_frame(records: Records, read: Sequence[str]) -> pd.DataFrame:
+    """Store rows (tuples of the `read` columns, or their structured array) as a frame,
+    joined texts split.
 
     Rows of only `_NUMPY_DTYPES` and joined columns (a figures-only read) go through one
     numpy structured array: a C pass, about half the time of `from_records` inferring
     each column from its objects (~10^6 rows a month). Other rows: `from_records`.
     """
     joined = store_usage.JOINED
-    if not records or not all(name in _NUMPY_DTYPES or name in joined for name in read):
+    if isinstance(records, np.ndarray):
+        array = records
+    elif not records or not all(name in _NUMPY_DTYPES or name in joined for name in read):
         frame = pd.DataFrame.from_records(records, columns=list(read))
         for name in read:
             if name in joined:
                 parts = _split_joined(frame[name], joined[name])
                 frame = frame.drop(columns=name).assign(**parts)
         return frame
-    array = np.array(records, dtype=[(name, _NUMPY_DTYPES.get(name, "O")) for name in read])
+    else:
+        array = np.fromiter(records, dtype=_numpy_dtype(read), count=len(records))
     columns: dict[str, Any] = {}
     for name in read:
         if name in joined:
@@ -509,11 +549,14 @@ def _row_frame(records: Sequence[tuple[Any, ...]], read: Sequence[str]) -> pd.Da
 def _split_joined(texts: pd.Series, parts: Sequence[str]) -> dict[str, pd.Series]:
     """The columns of a store's joined text column (`store_usage.JOINED`), each as a
     categorical (`_categorical`), every distinct text split once."""
-    codes, distinct = pd.factorize(texts)
-    split = [
-        str(text).split(store_usage.JOIN_SEPARATOR, len(parts) - 1)
-        for text in np.asarray(distinct, dtype=object)  # not item by item from pandas
-    ]
+    # A dict numbers the texts in order of appearance, as pd.factorize does, in half its
+    # time here: every row's text is a new object whose hash is computed anyway.
+    numbers: dict[str, int] = {}
+    codes = np.array(
+        [numbers.setdefault(text, len(numbers)) for text in texts.to_numpy(dtype=object)],
+        dtype=np.intp,
+    )
+    split = [str(text).split(store_usage.JOIN_SEPARATOR, len(parts) - 1) for text in numbers]
     out = {}
     for i, name in enumerate(parts):
         values = pd.Series(np.array([s[i] for s in split], dtype=object))

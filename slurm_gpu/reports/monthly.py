@@ -193,11 +193,14 @@ class DayShares:
         """GPU-seconds per day, each day's rows added in row order."""
         return np.bincount(self.days, weights=self.seconds, minlength=self.n_days)
 
-    def matrix(self) -> np.ndarray:
-        """The days x rows matrix (zeros where a row does not touch a day)."""
-        out = np.zeros((self.n_days, self.n_rows))
-        out[self.days, self.rows] = self.seconds
-        return out
+    def per_group(self, codes: np.ndarray, groups: int) -> np.ndarray:
+        """GPU-seconds per group and day (groups x days), rows grouped by `codes`
+        (a code per row, -1: in no group)."""
+        code = codes[self.rows]
+        grouped = code >= 0
+        flat = code[grouped] * self.n_days + self.days[grouped]
+        summed = np.bincount(flat, weights=self.seconds[grouped], minlength=groups * self.n_days)
+        return summed.reshape(groups, self.n_days)
 
 
 def _day_shares(
@@ -252,17 +255,8 @@ def _nodes(
     seen_gpus: dict[str, int] = {}
     if len(rows):
         codes, uniques = pd.factorize(rows["node"], sort=True)
-        names_seen = list(uniques)  # one lookup each, not one per use
-        # One pandas group sum over the whole rows x days matrix, zeros included: it
-        # adds a group's rows compensated (or, group codes ascending, one by one), and a
-        # compensated sum can move on a zero. Day-major, as the frame keeps it: no copy.
-        frame = pd.DataFrame(shares.matrix().T, copy=False)
-        summed = frame.groupby(codes).sum()
-        by_node = {
-            str(names_seen[c]): seconds
-            for c, seconds in zip(summed.index, summed.to_numpy(), strict=True)
-            if c >= 0  # no node: left out, as groupby leaves out a missing key
-        }
+        per_node = shares.per_group(codes, len(uniques))  # rows without a node: left out
+        by_node = {str(name): per_node[c] for c, name in enumerate(uniques)}
         seen_gpus = {
             str(k): int(v)
             for k, v in rows.groupby("node", observed=True)["gpu_uuid"].nunique().items()

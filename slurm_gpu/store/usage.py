@@ -7,11 +7,13 @@ facts sacct knows (submit/start/end, state, name, nodes) into `jobs`.
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import sqlalchemy as sa
 
 from slurm_gpu.models import JobGpuSummary
@@ -151,21 +153,39 @@ def job_rows_in_window(
     them, for a caller that sorts them itself (a month read through the end_time index
     comes in end order; reading the tuples in job order afterwards jumps all over memory).
     """
-    j = jobs.c
-    selected = (_column(jobs, jobs.c, name) for name in columns)
-    base = sa.select(*selected).where(j.cluster == store.cluster)
-    if job_ids:
-        queries = [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
-    else:
-        queries = [_window(base, since, until)]
     rows: list[tuple[Any, ...]] = []
     with store._read("reading jobs") as conn:
-        for query in queries:
+        for query in _job_queries(store, since, until, job_ids, columns):
             rows.extend(_tuples(conn, query))
     if ordered:
         at = list(columns).index("job_id")
         rows.sort(key=operator.itemgetter(at))  # job ids are unique: any backend, one order
     return rows
+
+
+def job_array_in_window(
+    store: Store, since: float | None, until: float | None, dtype: np.dtype[Any]
+) -> np.ndarray:
+    """The window's `job_rows_in_window` (unordered) as one numpy structured array whose
+    fields (`dtype`, named like the columns) say what is read."""
+    query = _job_queries(store, since, until, (), dtype.names or ())[0]
+    with store._read("reading jobs") as conn:
+        return _array(conn, query, dtype)
+
+
+def _job_queries(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    job_ids: Sequence[int],
+    columns: Sequence[str],
+) -> list[Any]:
+    j = jobs.c
+    selected = (_column(jobs, jobs.c, name) for name in columns)
+    base = sa.select(*selected).where(j.cluster == store.cluster)
+    if job_ids:
+        return [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
+    return [_window(base, since, until)]
 
 
 def _tuples(conn: sa.Connection, query: Any) -> list[tuple[Any, ...]]:
@@ -179,6 +199,29 @@ def _tuples(conn: sa.Connection, query: Any) -> list[tuple[Any, ...]]:
     rows = result.cursor.fetchall()
     result.close()
     return rows if isinstance(rows, list) else list(rows)
+
+
+# Rows fetched per driver call by `_array`: bounded memory, and each row's tuple is
+# freed as soon as numpy has copied it (no million-tuple list for the collector to walk).
+ARRAY_FETCH_ROWS = 10_000
+
+
+def _array(conn: sa.Connection, query: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    """All rows of a bulk query (as for `_tuples`) as one numpy structured array.
+
+    NULL reads as NaN in a float field and None in an object (text) field; an integer
+    field must hold no NULL.
+    """
+    result = conn.execute(query.execution_options(**{BULK_ROWS: True}))
+    cursor = result.cursor
+    rows: Iterator[tuple[Any, ...]]
+    if conn.dialect.name == "sqlite":  # sqlite3 steps the statement per row in C
+        rows = iter(cast(Iterable[tuple[Any, ...]], cursor))
+    else:  # psycopg and PyMySQL make a batch of rows in one call, one by one in Python
+        rows = itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(ARRAY_FETCH_ROWS), []))
+    array = np.fromiter(rows, dtype=dtype)
+    result.close()
+    return array
 
 
 # The columns of `summary_rows_*` (reports/jobs.py builds its GPU frame with them).
@@ -241,6 +284,40 @@ def summary_rows_in_window(
             sort); true needs job_id, node and gpu_uuid among the columns.
     """
     s = job_gpu_summaries.c
+    query = _summary_window_query(store, since, until, job_ids_between, columns)
+    in_python = ordered and _sorted_in_python(store)
+    if ordered and not in_python:
+        query = query.order_by(s.job_id, s.node, s.gpu_uuid)
+    with store._read("reading job summaries of a period") as conn:
+        rows = _tuples(conn, query)
+    if in_python:
+        at = [columns.index(name) for name in ("job_id", "node", "gpu_uuid")]
+        rows.sort(key=operator.itemgetter(*at))
+    return rows
+
+
+def summary_array_in_window(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    job_ids_between: tuple[int, int] | None,
+    dtype: np.dtype[Any],
+) -> np.ndarray:
+    """`summary_rows_in_window` (unordered) as one numpy structured array whose fields
+    (`dtype`, named like the columns) say what is read."""
+    query = _summary_window_query(store, since, until, job_ids_between, dtype.names or ())
+    with store._read("reading job summaries of a period") as conn:
+        return _array(conn, query, dtype)
+
+
+def _summary_window_query(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    job_ids_between: tuple[int, int] | None,
+    columns: Sequence[str],
+) -> Any:
+    s = job_gpu_summaries.c
     j = jobs.c
     query = (
         _summary_select(columns)
@@ -253,15 +330,7 @@ def summary_rows_in_window(
     if job_ids_between is not None:
         low, high = job_ids_between
         query = query.where(j.job_id.between(low, high), s.job_id.between(low, high))
-    in_python = ordered and _sorted_in_python(store)
-    if ordered and not in_python:
-        query = query.order_by(s.job_id, s.node, s.gpu_uuid)
-    with store._read("reading job summaries of a period") as conn:
-        rows = _tuples(conn, query)
-    if in_python:
-        at = [columns.index(name) for name in ("job_id", "node", "gpu_uuid")]
-        rows.sort(key=operator.itemgetter(*at))
-    return rows
+    return query
 
 
 def summary_rows_for(

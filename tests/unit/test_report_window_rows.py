@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -165,3 +166,37 @@ def test_figures_only_keeps_missing_names_blank(tmp_path: Path) -> None:
     assert [("", "a", ""), ("u", "", "p")] == list(
         zip(usage.jobs["user"], usage.jobs["account"], usage.jobs["partition"], strict=True)
     )
+
+
+def test_array_reads_hold_the_tuple_reads_rows(store: Store) -> None:
+    """The figures-only reads straight into numpy hold the tuple reads' rows: NULL
+    reads NaN in a number field and None in a text field."""
+    jobs_dtype = np.dtype([("job_id", "i8"), ("owner", "O"), ("end_time", "f8"), ("gpus", "f8")])
+    array = store_usage.job_array_in_window(store, NOV, DEC, jobs_dtype)
+    tuples = store_usage.job_rows_in_window(store, NOV, DEC, columns=jobs_dtype.names or ())
+    assert [2, 3, 5, 7] == sorted(array["job_id"].tolist())
+    by_id = {int(r["job_id"]): r for r in array}
+    for job_id, owner, end, gpus in tuples:
+        row = by_id[job_id]
+        assert (owner, float(gpus)) == (row["owner"], row["gpus"])
+        assert np.isnan(row["end_time"]) if end is None else end == row["end_time"]
+
+    gpu_dtype = np.dtype([("job_id", "i8"), ("gpu", "O"), ("energy_joules", "f8")])
+    array = store_usage.summary_array_in_window(store, NOV, DEC, (2, 7), gpu_dtype)
+    tuples = store_usage.summary_rows_in_window(
+        store, NOV, DEC, columns=gpu_dtype.names or (), ordered=False
+    )
+    assert sorted(tuples, key=str) == sorted(
+        ((int(j), g, None if np.isnan(e) else float(e)) for j, g, e in array.tolist()), key=str
+    )
+    assert {None, 10.0} == {t[2] for t in tuples}  # job 3's energy is unknown
+
+
+def test_figures_only_load_of_an_empty_window(store: Store) -> None:
+    """A period with no jobs gives empty frames with the figure columns."""
+    far = NOV - 400 * 24 * H  # before every job
+    usage = load_usage(
+        store, since=far, until=far + H, now=far, sacct_jobs=None, scope=ADMIN, figures_only=True
+    )
+    assert 0 == len(usage.jobs) == len(usage.gpus)
+    assert set(FIGURE_JOB_COLUMNS) <= set(usage.jobs.columns)
