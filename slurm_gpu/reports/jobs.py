@@ -64,20 +64,18 @@ FIGURE_JOB_COLUMNS = [
 FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
 # One row per job and GPU: the store's summary rows, column for column.
 GPU_COLUMNS = list(store_usage.SUMMARY_ROW_COLUMNS)
-# The GPU columns report figures are summed from,
-FIGURE_GPU_COLUMNS = [
-    "job_id",
-    "node",
-    "gpu_uuid",
-    "gpu_model",
+# The GPU figures report figures are summed from,
+FIGURE_GPU_NUMBERS = (
     "gpu_seconds",
     "active_seconds",
     "util_mean_percent",
     "mem_gib_seconds",
     "energy_joules",
-]
-# read as these (node, GPU UUID and model as one text).
-FIGURE_GPU_ROW_COLUMNS = ("job_id", "gpu", *FIGURE_GPU_COLUMNS[4:])
+)
+# in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
+FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
+# read as these (node and model as one text).
+FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS)
 # Text columns with few distinct values, held as categoricals: grouping and joining on
 # them then works on integer codes, factorized once here instead of in every report.
 CATEGORICAL_COLUMNS = ("user", "account", "partition", "node", "gpu_uuid", "gpu_model")
@@ -468,7 +466,7 @@ def _gpu_rows(
                 "node": t.node,
                 "gpu_uuid": t.gpu_uuid,
                 "gpu_model": model,
-                "gpu": store_usage.JOIN_SEPARATOR.join((t.node, t.gpu_uuid, model)),
+                "node_model": store_usage.JOIN_SEPARATOR.join((t.node, model)),
                 "gpu_seconds": t.covered_seconds,
                 "active_seconds": t.active_seconds,
                 "util_mean_percent": t.util_mean_percent,
@@ -490,11 +488,12 @@ def _gpu_rows(
         if name in CATEGORICAL_COLUMNS:
             frame[name] = _categorical(frame[name])
     # The summaries by job, node, GPU (in string order on every backend), sorted here
-    # as integer codes: cheaper than a database sort or a sort of tuples.
-    keys = (
-        frame["gpu_uuid"].cat.codes.to_numpy()[:summarized],
-        frame["node"].cat.codes.to_numpy()[:summarized],
-        frame["job_id"].to_numpy()[:summarized],
+    # as integer codes: cheaper than a database sort or a sort of tuples. A figures-only
+    # read has no GPU column: a job's GPUs on a node stay in the order read.
+    sort_by = [name for name in ("gpu_uuid", "node", "job_id") if name in frame.columns]
+    keys = tuple(
+        (frame[name].cat.codes if name != "job_id" else frame[name]).to_numpy()[:summarized]
+        for name in sort_by
     )
     if not _ascending(keys):
         order = np.concatenate([np.lexsort(keys), np.arange(summarized, len(frame))])
@@ -508,7 +507,7 @@ _NUMPY_DTYPES = {
     "job_id": "i8",
     "gpus": "f8",
     **{name: "f8" for name in ("submit_time", "start_time", "end_time")},
-    **{name: "f8" for name in FIGURE_GPU_COLUMNS[4:]},
+    **{name: "f8" for name in FIGURE_GPU_NUMBERS},
 }
 
 

@@ -17,7 +17,7 @@ import csv
 import datetime as dt
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,7 +110,14 @@ def build_monthly(
     days, day_starts = _days(since, until, env.tz)
     gpus_per_node = store_usage.gpus_per_node(env.store)
     shares = _day_shares(rows, full_seconds, day_starts, until, now)
-    nodes = _nodes(rows, shares, gpus_per_node, len(days), env.config.reports.hot_node_factor)
+    nodes = _nodes(
+        rows,
+        shares,
+        gpus_per_node,
+        lambda unlisted: store_usage.gpus_used_on(env.store, unlisted, since, until),
+        len(days),
+        env.config.reports.hot_node_factor,
+    )
     end = min(until, max(now, since))
     total = _figures(rows)
     visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
@@ -247,20 +254,21 @@ def _nodes(
     rows: pd.DataFrame,
     shares: DayShares,
     gpus_per_node: Mapping[str, int],
+    gpus_used_on: Callable[[list[str]], dict[str, int]],
     days: int,
     hot_factor: float,
 ) -> list[dict[str, Any]]:
-    """Per node: GPUs, GPU-hours, occupancy % per day and over the month, hot flag."""
+    """Per node: GPUs, GPU-hours, occupancy % per day and over the month, hot flag.
+    GPUs: the inventory's, or for a node it lacks, those `gpus_used_on` it."""
     by_node: dict[str, np.ndarray] = {}
     seen_gpus: dict[str, int] = {}
     if len(rows):
         codes, uniques = pd.factorize(rows["node"], sort=True)
         per_node = shares.per_group(codes, len(uniques))  # rows without a node: left out
         by_node = {str(name): per_node[c] for c, name in enumerate(uniques)}
-        seen_gpus = {
-            str(k): int(v)
-            for k, v in rows.groupby("node", observed=True)["gpu_uuid"].nunique().items()
-        }
+        unlisted = sorted(set(by_node) - set(gpus_per_node))
+        if unlisted:  # nodes the GPU inventory lacks: the GPUs jobs used there
+            seen_gpus = gpus_used_on(unlisted)
     names = sorted(set(gpus_per_node) | set(by_node))
     total = sum(float(v.sum()) for v in by_node.values())
     out = []

@@ -117,7 +117,7 @@ def _sorted_in_python(store: Store) -> bool:
 # several, for a reader that splits each distinct text once (a month has ~10^6 summary
 # rows of ~10^4 GPUs, ~10^5 jobs of ~10^3 users).
 JOINED = {
-    "gpu": ("node", "gpu_uuid", "gpu_model"),  # of job_gpu_summaries
+    "node_model": ("node", "gpu_model"),  # of job_gpu_summaries
     "owner": ("user", "account", "partition"),  # of jobs
 }
 JOIN_SEPARATOR = "\x1f"  # ASCII unit separator
@@ -252,7 +252,7 @@ _SUMMARY_EXPRESSIONS: dict[str, Any] = {
 
 
 def _summary_select(columns: Sequence[str]) -> Any:
-    """SELECT of these columns (`SUMMARY_ROW_COLUMNS` or "gpu"), in this order."""
+    """SELECT of these columns (`SUMMARY_ROW_COLUMNS` or "node_model"), in this order."""
     return sa.select(*(_column(job_gpu_summaries, _SUMMARY_EXPRESSIONS, c) for c in columns))
 
 
@@ -277,7 +277,7 @@ def summary_rows_in_window(
             caller read them already (`job_rows_in_window`): a redundant bound that lets
             the database walk the summaries' primary key over that range only (Slurm
             hands out job ids in submit order, so a month is one narrow range).
-        columns: which of `SUMMARY_ROW_COLUMNS` (default all) or "gpu" (`JOINED`): a
+        columns: which of `SUMMARY_ROW_COLUMNS` (default all) or "node_model" (`JOINED`): a
             report that only sums figures reads fewer, as each costs an object per row.
         ordered: false returns the rows in the order the database found them, for a
             caller that orders them itself (cheaper than a database sort or a tuple
@@ -446,6 +446,23 @@ def gpus_per_node(store: Store) -> dict[str, int]:
     query = sa.select(i.node, sa.func.count()).group_by(i.node)
     with store._read("counting GPUs per node") as conn:
         return {node: int(count) for node, count in conn.execute(query)}
+
+
+def gpus_used_on(store: Store, nodes: Sequence[str], since: float, until: float) -> dict[str, int]:
+    """{node: distinct GPUs in job summaries of [since, until] on it}, for nodes the GPU
+    inventory lacks (no agent registered them: a node since removed, say)."""
+    s = job_gpu_summaries.c
+    out: dict[str, int] = {}
+    with store._read("counting GPUs used per node") as conn:
+        for i in range(0, len(nodes), CHUNK):
+            query = (
+                sa.select(s.node, sa.func.count(sa.distinct(s.gpu_uuid)))
+                .where(s.cluster == store.cluster, s.node.in_(nodes[i : i + CHUNK]))
+                .where(s.end >= since, s.start <= until)
+                .group_by(s.node)
+            )
+            out.update({str(node): int(count) for node, count in conn.execute(query)})
+    return out
 
 
 def sync_jobs(store: Store, rows: Iterable[Mapping[str, Any]]) -> int:

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.cli.main import cli
 from slurm_gpu.config import Config
-from slurm_gpu.models import Action, JobGpuSummary, Verdict
+from slurm_gpu.models import Action, GpuDevice, JobGpuSummary, Verdict
 from slurm_gpu.reports.charts import esc, heat_colour
 from slurm_gpu.reports.monthly import (
     CSV_FILES,
@@ -123,6 +123,22 @@ def test_idle_and_waste(store: Store) -> None:
     r = report(store)
     assert 3.0 == pytest.approx({i["key"]: i for i in r.idle}["bio"]["idle_gpu_hours"])
     assert "2" == r.waste_jobs[0]["job_id"]
+
+
+def test_node_gpus_from_the_inventory_or_the_gpus_jobs_used(store: Store) -> None:
+    """gpu1, not in the GPU inventory, has the 4 GPUs November's jobs used there (G1 also
+    ran December's job); once the agent registers its 8 GPUs, those count."""
+    (node,) = report(store).nodes
+    assert ("gpu1", 4) == (node["node"], node["gpus"])
+    assert 9.0 / (4 * 30 * 24) * 100 == pytest.approx(node["occupancy_percent"])
+    devices = [
+        GpuDevice(uuid=f"G{i}", name="NVIDIA A100", minor=i, nvml_index=i,
+                  pci_bus_id=f"0000:{i:02x}:00.0", memory_total_bytes=80 * 2**30)
+        for i in range(8)
+    ]  # fmt: skip
+    store.upsert_inventory("gpu1", devices, seen_at=NOV)
+    (node,) = report(store).nodes
+    assert ("gpu1", 8) == (node["node"], node["gpus"])
 
 
 def test_utilization_bins(store: Store) -> None:

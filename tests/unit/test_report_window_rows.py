@@ -181,7 +181,7 @@ def test_array_reads_hold_the_tuple_reads_rows(store: Store) -> None:
         assert (owner, float(gpus)) == (row["owner"], row["gpus"])
         assert np.isnan(row["end_time"]) if end is None else end == row["end_time"]
 
-    gpu_dtype = np.dtype([("job_id", "i8"), ("gpu", "O"), ("energy_joules", "f8")])
+    gpu_dtype = np.dtype([("job_id", "i8"), ("node_model", "O"), ("energy_joules", "f8")])
     array = store_usage.summary_array_in_window(store, NOV, DEC, (2, 7), gpu_dtype)
     tuples = store_usage.summary_rows_in_window(
         store, NOV, DEC, columns=gpu_dtype.names or (), ordered=False
