@@ -7,7 +7,6 @@ facts sacct knows (submit/start/end, state, name, nodes) into `jobs`.
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -206,6 +205,13 @@ def _tuples(conn: sa.Connection, query: Any) -> list[tuple[Any, ...]]:
 ARRAY_FETCH_ROWS = 10_000
 
 
+def _batched(cursor: Any) -> Iterator[tuple[Any, ...]]:
+    """A cursor's rows, fetched ARRAY_FETCH_ROWS at a time (an empty batch, a list or
+    PyMySQL's tuple, ends them)."""
+    while batch := cursor.fetchmany(ARRAY_FETCH_ROWS):
+        yield from batch
+
+
 def _array(conn: sa.Connection, query: Any, dtype: np.dtype[Any]) -> np.ndarray:
     """All rows of a bulk query (as for `_tuples`) as one numpy structured array.
 
@@ -218,7 +224,7 @@ def _array(conn: sa.Connection, query: Any, dtype: np.dtype[Any]) -> np.ndarray:
     if conn.dialect.name == "sqlite":  # sqlite3 steps the statement per row in C
         rows = iter(cast(Iterable[tuple[Any, ...]], cursor))
     else:  # psycopg and PyMySQL make a batch of rows in one call, one by one in Python
-        rows = itertools.chain.from_iterable(iter(lambda: cursor.fetchmany(ARRAY_FETCH_ROWS), []))
+        rows = _batched(cursor)
     array = np.fromiter(rows, dtype=dtype)
     result.close()
     return array

@@ -9,6 +9,7 @@ import math
 import socket
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -279,13 +280,31 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
         (42, sep.join(("alice", "physics", "gpu")), T0 - 60.25, T0 + 3600.5, 2),
         (43, sep.join(("", "bio", "")), None, T0 + 10.0, None),
     ] == jobs
-    columns = ("job_id", "gpu", "gpu_seconds", "util_mean_percent", "mem_max_bytes")
+    columns = ("job_id", "node_model", "gpu_seconds", "util_mean_percent", "mem_max_bytes")
     rows = store_usage.summary_rows_in_window(store, T0, T0 + 7200, columns=columns, ordered=False)
-    gpu = sep.join(("{}", "GPU-0000", "NVIDIA A100-SXM4-80GB"))
+    gpu = sep.join(("{}", "NVIDIA A100-SXM4-80GB"))
     assert [
         (42, gpu.format("gpu1"), 3600.5, 12.125, None),
         (42, gpu.format("gpu2"), 3600.5, 37.25, None),
     ] == sorted(rows)
+
+    # The same reads straight into numpy (month reports): NULL is NaN in a number field.
+    dtype = np.dtype([("job_id", "i8"), ("owner", "O"), ("submit_time", "f8"), ("gpus", "f8")])
+    array = np.sort(store_usage.job_array_in_window(store, T0, T0 + 7200, dtype), order="job_id")
+    assert [42, 43] == array["job_id"].tolist()
+    assert [sep.join(("alice", "physics", "gpu")), sep.join(("", "bio", ""))] == list(
+        array["owner"]
+    )
+    assert T0 - 60.25 == array["submit_time"][0] and np.isnan(array["submit_time"][1])
+    assert 2.0 == array["gpus"][0] and np.isnan(array["gpus"][1])
+    dtype = np.dtype([("job_id", "i8"), ("node_model", "O"), ("util_mean_percent", "f8")])
+    array = store_usage.summary_array_in_window(store, T0, T0 + 7200, (42, 43), dtype)
+    assert [(42, gpu.format("gpu1"), 12.125), (42, gpu.format("gpu2"), 37.25)] == sorted(
+        array.tolist()
+    )
+    assert {"gpu1": 1, "gpu2": 1} == store_usage.gpus_used_on(
+        store, ["gpu1", "gpu2", "gpu9"], T0, T0 + 7200
+    )
     a = GpuDevice("GPU-a", "NVIDIA A100", 0, 0, "00000000:07:00.0", None)
     b = GpuDevice("GPU-b", "NVIDIA A100", 1, 1, "00000000:0F:00.0", None)
     store.upsert_inventory("gpu1", [a, b], T0)
