@@ -193,7 +193,6 @@ class DayShares:
     rows: np.ndarray
     days: np.ndarray
     seconds: np.ndarray
-    n_rows: int
     n_days: int
 
     def per_day(self) -> np.ndarray:
@@ -217,7 +216,7 @@ def _day_shares(
     edges = np.array([*starts, until], dtype=float)
     if not len(rows):
         empty = np.zeros(0, dtype=np.intp)
-        return DayShares(empty, empty, np.zeros(0), 0, len(starts))
+        return DayShares(empty, empty, np.zeros(0), len(starts))
     start = pd.to_numeric(rows["start_time"], errors="coerce").to_numpy(dtype=float)
     stop = pd.to_numeric(rows["end_time"], errors="coerce").to_numpy(dtype=float)
     stop = np.where(np.isnan(stop), now, stop)
@@ -247,7 +246,7 @@ def _day_shares(
     instant = (n <= 0) & (a >= low) & (a < high)
     total = full.to_numpy(dtype=float)[row]
     seconds = np.nan_to_num(total * np.where(instant, 1.0, share))
-    return DayShares(row, day, seconds, len(rows), len(starts))
+    return DayShares(row, day, seconds, len(starts))
 
 
 def _nodes(
