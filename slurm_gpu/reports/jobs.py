@@ -291,31 +291,32 @@ def _window_summaries(
     """Summary rows of the `wanted` jobs, in no particular order (`_gpu_rows` orders
     them): the window's in one joined query, the rest (jobs only sacct knows) by id.
     A numpy array when `stored` is one (a figures-only read), else tuples."""
-    in_store = np.sort(_ids(stored, 0))  # job_id comes first; sorted like `wanted`
-    as_array = isinstance(stored, np.ndarray)
-    rows: Records = []
-    if len(in_store):
-        between = (int(in_store[0]), int(in_store[-1]))
-        if as_array:
-            rows = store_usage.summary_array_in_window(
-                store, since, until, between, _numpy_dtype(columns)
-            )
-        else:
-            rows = store_usage.summary_rows_in_window(
-                store, since, until, between, columns=columns, ordered=False
-            )
-    if np.array_equal(in_store, wanted):
-        return rows
-    if isinstance(rows, np.ndarray):
-        rows = rows[np.isin(rows["job_id"], wanted)]
-    else:
+    in_store = np.sort(_job_ids(stored))  # sorted like `wanted`
+    between = (int(in_store[0]), int(in_store[-1])) if len(in_store) else None
+    same = np.array_equal(in_store, wanted)  # usually: no job only sacct knows
+    extra = [] if same else np.setdiff1d(wanted, in_store).tolist()
+    more = store_usage.summary_rows_for(store, extra, columns=columns) if extra else []
+    if isinstance(stored, np.ndarray):
+        dtype = _numpy_dtype(columns)
+        array = (
+            store_usage.summary_array_in_window(store, since, until, between, dtype)
+            if between
+            else np.zeros(0, dtype=dtype)
+        )
+        if not same:
+            array = array[np.isin(_job_ids(array), wanted)]
+        return _concatenated(array, more, columns)
+    rows = (
+        store_usage.summary_rows_in_window(
+            store, since, until, between, columns=columns, ordered=False
+        )
+        if between
+        else []
+    )
+    if not same:
         keep = {int(j) for j in wanted}
         rows = [r for r in rows if r[0] in keep]
-    extra = sorted(set(wanted.tolist()) - set(in_store.tolist()))
-    if extra:
-        more = store_usage.summary_rows_for(store, extra, columns=columns)
-        rows = _concatenated(rows, more, columns) if as_array else [*rows, *more]
-    return rows
+    return [*rows, *more]
 
 
 def _from_store(row: dict[str, Any]) -> dict[str, Any]:
@@ -423,22 +424,20 @@ def _id_matches(job_id: Any, text: Any, wanted: tuple[str, ...]) -> bool:
     )
 
 
-def _ids(rows: Records, at: int) -> np.ndarray:
-    """Column `at` (a job id) of the rows, as int64."""
+def _job_ids(rows: Records) -> np.ndarray:
+    """The job ids of store rows (every read selects job_id first), as int64."""
     if isinstance(rows, np.ndarray):
-        names = rows.dtype.names or ()
-        return rows[names[at]].astype(np.int64, copy=False)
-    return np.fromiter(map(operator.itemgetter(at), rows), dtype=np.int64, count=len(rows))
+        return rows["job_id"].astype(np.int64, copy=False)
+    return np.fromiter(map(operator.itemgetter(0), rows), dtype=np.int64, count=len(rows))
 
 
 def _concatenated(
-    array: Records, more: Sequence[tuple[Any, ...]], read: Sequence[str]
+    array: np.ndarray, more: Sequence[tuple[Any, ...]], read: Sequence[str]
 ) -> np.ndarray:
     """A figures-only read's rows (`_numpy_dtype(read)`) followed by `more` of them."""
-    dtype = _numpy_dtype(read)
-    extra = np.fromiter(more, dtype=dtype, count=len(more))
-    first = array if isinstance(array, np.ndarray) else np.fromiter(array, dtype=dtype)
-    return np.concatenate([first, extra])
+    if not more:
+        return array
+    return np.concatenate([array, np.fromiter(more, dtype=_numpy_dtype(read), count=len(more))])
 
 
 def _gpu_rows(
@@ -453,9 +452,8 @@ def _gpu_rows(
     names = [part for name in read for part in store_usage.JOINED.get(name, (name,))]
     if not len(job_ids):
         return pd.DataFrame(columns=names)
-    records: Records = summary_rows if isinstance(summary_rows, np.ndarray) else list(summary_rows)
-    summarized = len(records)
-    rest = job_ids[~np.isin(job_ids, _ids(records, 0))].tolist()  # sorted, like job_ids
+    summarized = len(summary_rows)
+    rest = job_ids[~np.isin(job_ids, _job_ids(summary_rows))].tolist()  # sorted, like job_ids
     running: list[tuple[Any, ...]] = []
     if rest:
         models = store_usage.gpu_models(store)
@@ -479,10 +477,11 @@ def _gpu_rows(
                 "data_until": t.last_period_end,
             }
             running.append(tuple(row[name] for name in read))
-    if isinstance(records, np.ndarray):
-        records = _concatenated(records, running, read) if running else records
-    else:
-        records.extend(running)
+    records = (
+        _concatenated(summary_rows, running, read)
+        if isinstance(summary_rows, np.ndarray)
+        else [*summary_rows, *running]
+    )
     frame = _row_frame(records, read)
     for name in read:  # (in place: a new frame would copy the number columns once more)
         if name in CATEGORICAL_COLUMNS:
@@ -560,7 +559,7 @@ def _split_joined(texts: pd.Series, parts: Sequence[str]) -> dict[str, pd.Series
     for i, name in enumerate(parts):
         values = pd.Series(np.array([s[i] for s in split], dtype=object))
         part = _categorical(values)
-        out[name] = pd.Series(part.array.take(codes, allow_fill=True), index=texts.index)
+        out[name] = pd.Series(part.array.take(codes), index=texts.index)
     return out
 
 

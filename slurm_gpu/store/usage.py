@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import sqlalchemy as sa
@@ -22,6 +22,7 @@ from slurm_gpu.store.schema import gpu_intervals, gpu_inventory, job_gpu_summari
 from slurm_gpu.store.store import Store
 
 CHUNK = 500  # ids per IN (...) clause: far below every backend's parameter limit
+_Key = TypeVar("_Key", int, str)
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ class IntervalTotals:
         return self.util_weighted_sum / self.util_covered_seconds
 
 
-def _chunks(ids: Sequence[int]) -> Iterator[list[int]]:
-    unique = sorted(set(ids))
+def _chunks(values: Sequence[_Key]) -> Iterator[list[_Key]]:
+    """The distinct values, sorted, CHUNK at a time (for IN (...) clauses)."""
+    unique = sorted(set(values))
     for i in range(0, len(unique), CHUNK):
         yield unique[i : i + CHUNK]
 
@@ -460,10 +462,10 @@ def gpus_used_on(store: Store, nodes: Sequence[str], since: float, until: float)
     s = job_gpu_summaries.c
     out: dict[str, int] = {}
     with store._read("counting GPUs used per node") as conn:
-        for i in range(0, len(nodes), CHUNK):
+        for chunk in _chunks(nodes):
             query = (
                 sa.select(s.node, sa.func.count(sa.distinct(s.gpu_uuid)))
-                .where(s.cluster == store.cluster, s.node.in_(nodes[i : i + CHUNK]))
+                .where(s.cluster == store.cluster, s.node.in_(chunk))
                 .where(s.end >= since, s.start <= until)
                 .group_by(s.node)
             )
