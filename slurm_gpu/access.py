@@ -22,13 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.slurm.runner import CommandRunner
-from slurm_gpu.slurm.sacctmgr import (
-    ADMIN_LEVEL_ARGV,
-    COORDINATOR_ARGV,
-    parse_admin_levels,
-    parse_coordinators,
-)
+from slurm_gpu.slurm.client import SlurmClient
 
 ADMIN_LEVELS = frozenset({"operator", "administrator"})
 
@@ -86,7 +80,7 @@ class Scope:
 
 def resolve_scope(
     caller: Caller,
-    runner: CommandRunner | None,
+    slurm: SlurmClient | None,
     *,
     admins: Iterable[str] = (),
     slurm_user: str | None = None,
@@ -96,7 +90,8 @@ def resolve_scope(
 
     Args:
         caller: the real user (see `current_caller`).
-        runner: runs sacctmgr/scontrol (SlurmCommands); None skips Slurm entirely.
+        slurm: asks Slurm for the SlurmUser, AdminLevels and coordinators; None skips
+            Slurm entirely.
         admins: user names configured in `[access] admins`.
         slurm_user: the SlurmUser if known; else asked from `scontrol show config`.
         use_slurm: ask sacctmgr for AdminLevel and coordinators.
@@ -108,37 +103,27 @@ def resolve_scope(
         return Scope(caller, True, reason="root")
     if caller.name in set(admins):
         return Scope(caller, True, reason="[access] admins")
-    if runner is None or not use_slurm:
+    if slurm is None or not use_slurm:
         return Scope(caller, False)
     if slurm_user is None:
-        slurm_user = _slurm_user(runner)
+        try:
+            slurm_user = slurm.slurm_user()
+        except SlurmError:
+            slurm_user = ""
     if slurm_user and caller.name == slurm_user:
         return Scope(caller, True, reason="SlurmUser")
-    # An unparsable line is left out (never widening what anyone sees).
+    # The client leaves an unparsable line out (never widening what anyone sees).
     try:
-        levels, _problems = parse_admin_levels(runner(ADMIN_LEVEL_ARGV))
+        levels = slurm.admin_levels()
     except SlurmError:
         levels = {}
     level = levels.get(caller.name, "")
     if level.lower() in ADMIN_LEVELS:
         return Scope(caller, True, reason=f"AdminLevel={level}")
     try:
-        coordinators, _problems = parse_coordinators(runner(COORDINATOR_ARGV))
+        coordinators = slurm.coordinators()
     except SlurmError:
         coordinators = {}
     # {account: coordinators} -> the accounts this caller coordinates.
     accounts = frozenset(a for a, users in coordinators.items() if caller.name in users)
     return Scope(caller, False, accounts, reason="coordinator" if accounts else "")
-
-
-def _slurm_user(runner: CommandRunner) -> str:
-    """SlurmUser from `scontrol show config` ("SlurmUser = slurm(64030)")."""
-    try:
-        text = runner(["scontrol", "show", "config"])
-    except SlurmError:
-        return ""
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "SlurmUser":
-            return value.strip().split("(")[0]
-    return ""

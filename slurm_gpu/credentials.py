@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 
 from slurm_gpu.config import CREDENTIALS_GROUP
-from slurm_gpu.store.store import url_secrets
+from slurm_gpu.store.urls import url_secrets
 
 
 def exposures(config_file: Path, store_url: str) -> list[str]:

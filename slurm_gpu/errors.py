@@ -4,6 +4,26 @@ The CLI turns these into one clear line on stderr and a non-zero exit; anything 
 bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def brief(value: object, width: int = 40, quote: Callable[[object], str] = repr) -> str:
+    """A bad value as a problem line quotes it: short, and never itself an error.
+
+    Args:
+        value: what was read.
+        width: a text longer than this is cut to it, ending in "...".
+        quote: how the value is written (repr; `json.dumps` for a JSON value).
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"  # str() fails past 4300 digits
+    if isinstance(value, str):
+        return quote(value if len(value) <= width else value[: width - 3] + "...")
+    text = quote(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
 
 class SlurmGpuError(Exception):
     """Root of every expected slurm-gpu failure."""

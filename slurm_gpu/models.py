@@ -6,7 +6,7 @@ read (not supported, GPU lost) is None: missing data is never zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -28,32 +28,6 @@ class GpuProcess:
 
     pid: int
     used_memory_bytes: int | None
-
-
-@dataclass(frozen=True)
-class GpuReading:
-    """What the agent read from one GPU for the window (period_start, period_end].
-
-    Utilization comes from NVML's own samples inside the window (nvmlDeviceGetSamples),
-    so the mean is the true mean over the window, not a point sample.
-    """
-
-    uuid: str
-    period_start: float
-    period_end: float
-    util_mean_percent: float | None = None
-    util_max_percent: float | None = None
-    util_min_percent: float | None = None
-    util_sample_count: int = 0
-    util_active_sample_count: int = 0
-    mem_used_bytes: int | None = None
-    mem_total_bytes: int | None = None
-    power_watts: float | None = None
-    energy_joules: float | None = None
-    temperature_celsius: float | None = None
-    ecc_errors_total: int | None = None
-    processes: tuple[GpuProcess, ...] | None = None
-    lost: bool = False
 
 
 @dataclass(frozen=True)
@@ -156,7 +130,6 @@ class Binding:
     uid: int | None = None
     account: str = ""
     partition: str = ""
-    extra: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)

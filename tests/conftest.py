@@ -1,8 +1,21 @@
-"""Marks every test under tests/integration as needing the Slurm test bed."""
+"""Fixtures every test may use, and the `slurm` marker of tests/integration.
+
+The test doubles themselves are public API in slurm_gpu.testing (FakeSlurmClient,
+FakeRunner, FakeGpuSource, FixedClock); fixtures here only build what several test
+files need. A `store` fixture is one per kind of database: a fresh SQLite store here,
+each real backend in tests/store/conftest.py, the test bed's store in
+tests/integration/conftest.py (the nearest conftest wins). A test file that needs data
+in it extends it under the same name: `def store(store: Store) -> Store:` adds its rows.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from slurm_gpu.store import Store
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -10,3 +23,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "/tests/integration/" in str(item.path):
             item.add_marker(pytest.mark.slurm)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """An empty SQLite store, schema at head, cluster "c"; disposed after the test."""
+    fresh = Store(f"sqlite:///{tmp_path / 'store.db'}", cluster="c")
+    fresh.upgrade()
+    yield fresh
+    fresh.dispose()

@@ -126,9 +126,10 @@ gpu_file_list() {
 }
 
 hooks_lines() {
-    # The node-side hooks (prolog/epilog) are installed when they exist in this checkout.
+    # The node-side hooks (hooks/: prolog, epilog and their library) are installed when
+    # they exist in this checkout.
     HOOKS=""
-    if [ -x "$REPO_ROOT/prolog/slurm-gpu-prolog" ] && [ -x "$REPO_ROOT/epilog/slurm-gpu-epilog" ]; then
+    if [ -x "$REPO_ROOT/hooks/slurm-gpu-prolog" ] && [ -x "$REPO_ROOT/hooks/slurm-gpu-epilog" ]; then
         HOOKS="Prolog=$STATE/hooks/slurm-gpu-prolog\nEpilog=$STATE/hooks/slurm-gpu-epilog"
     fi
 }
@@ -176,8 +177,10 @@ install_sim() {
         chmod 644 "$STATE/sim-nvml/$n/slurm-gres-files"
     done
     if [ -n "$HOOKS" ]; then
-        install -m 755 "$REPO_ROOT/prolog/slurm-gpu-prolog" "$STATE/hooks/slurm-gpu-prolog"
-        install -m 755 "$REPO_ROOT/epilog/slurm-gpu-epilog" "$STATE/hooks/slurm-gpu-epilog"
+        # The library first: a running slurmd never starts a new hook without it.
+        install -m 644 "$REPO_ROOT/hooks/slurm-gpu-hooks.sh" "$STATE/hooks/slurm-gpu-hooks.sh"
+        install -m 755 "$REPO_ROOT/hooks/slurm-gpu-prolog" "$STATE/hooks/slurm-gpu-prolog"
+        install -m 755 "$REPO_ROOT/hooks/slurm-gpu-epilog" "$STATE/hooks/slurm-gpu-epilog"
         # The hooks read this file next to themselves (never sourced: they run as root).
         printf 'STATE_DIR=%s\nLOG_FILE=%s\n' "$STATE/node" "$STATE/log/hooks.log" |
             write_if_changed "$STATE/hooks/slurm-gpu-hooks.conf"
@@ -226,6 +229,7 @@ start_munge() {
     wait_for munge 20 sh -c 'munge -n | unmunge'
 }
 
+# shellcheck disable=SC2120 # wait_for passes it arguments; shellcheck cannot see that call.
 mysql_root() { mariadb --no-defaults --socket="$STATE/mysql-run/mysqld.sock" -uroot "$@"; }
 
 start_mariadb() {
@@ -283,6 +287,7 @@ start_slurmd() {
 }
 
 wait_nodes_idle() {
+    # shellcheck disable=SC2016 # the inner sh expands it, on every try.
     wait_for "nodes gpu1,gpu2 idle" 90 sh -c \
         '[ "$(sinfo -h -N -p gpu -t idle,mix,alloc -o %N | sort -u | wc -l)" -ge 2 ]'
 }

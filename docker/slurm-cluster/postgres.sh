@@ -18,6 +18,7 @@ PG_ADDR=${SLURM_GPU_PG_ADDR:-127.0.0.1}
 PG_STORE_PASS=${DB_STORE_PASS:-slurmgpu-testbed}
 
 # pg_psql ARGS...: psql as the postgres superuser over the Unix socket (peer auth).
+# shellcheck disable=SC2120 # the test bed only feeds it stdin; ARGS are for use by hand.
 pg_psql() {
     runuser -u postgres -- "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$STATE/pg-run" \
         -p "$PG_PORT" -d postgres "$@"

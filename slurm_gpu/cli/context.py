@@ -1,16 +1,27 @@
-"""What every command shares: the --config choice, and the config loaded on first use.
+"""What every command shares: the --config choice, the config and the `App`, loaded on use.
 
-Command modules take it with `@pass_app`; nothing is read from disk until a command asks
-for `app.config`, so `slurm-gpu --help` and `--version` work with a broken config file.
+`ctx.obj` is an `AppContext`. A command that needs services takes the `App` with
+`@pass_app`; one that handles the config file itself takes the AppContext with
+`@pass_app_context`. Nothing is read from disk until a command asks for the config or a
+service, so `slurm-gpu --help`, `--version` and every `--help` work with a broken config
+file.
 """
 
-from collections.abc import Mapping
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
 import click
 
+from slurm_gpu.app import App
 from slurm_gpu.config import DEFAULT_CONFIG_PATH, Config, load_config
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @dataclass
@@ -27,6 +38,7 @@ class AppContext:
     env: Mapping[str, str] | None = None
     default_path: Path = DEFAULT_CONFIG_PATH
     _config: Config | None = field(default=None, repr=False)
+    _app: App | None = field(default=None, repr=False)
 
     @property
     def config(self) -> Config:
@@ -39,6 +51,27 @@ class AppContext:
             self._config = load_config(self.config_path, self.env, self.default_path)
         return self._config
 
+    def app(self, ctx: click.Context) -> App:
+        """The App of this invocation; it loads `config` when first asked for a service.
 
-pass_app = click.make_pass_decorator(AppContext, ensure=True)
-"""Decorator giving a command the AppContext as its first argument."""
+        It is closed (the store's connections released) when the outermost click
+        context ends, through `ctx.with_resource`.
+        """
+        if self._app is None:
+            self._app = ctx.find_root().with_resource(App(lambda: self.config))
+        return self._app
+
+
+def pass_app(command: Callable[Concatenate[App, P], R]) -> Callable[P, R]:
+    """Decorator giving a command this invocation's `App` as its first argument."""
+
+    @functools.wraps(command)
+    def with_app(*args: P.args, **kwargs: P.kwargs) -> R:
+        ctx = click.get_current_context()
+        return command(ctx.ensure_object(AppContext).app(ctx), *args, **kwargs)
+
+    return with_app
+
+
+pass_app_context = click.make_pass_decorator(AppContext, ensure=True)
+"""Decorator giving a command the AppContext (the --config choice) as its first argument."""

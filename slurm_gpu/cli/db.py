@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import click
 
-from slurm_gpu.cli.context import AppContext, pass_app
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
 from slurm_gpu.store import Store
 
 url_option = click.option(
@@ -15,11 +18,14 @@ url_option = click.option(
 )
 
 
-def _open(app: AppContext, url: str | None) -> Store:
+def _open(app: App, url: str | None) -> Store:
+    """The store of --url (the config is not read), else the App's store of [store] url.
+
+    Either is closed when the command ends.
+    """
     if url is not None:
-        return Store(url)
-    config = app.config
-    return Store(config.store.url, cluster=config.cluster.name, echo=config.store.echo_sql)
+        return click.get_current_context().with_resource(Store(url))
+    return app.store
 
 
 @click.group("db")
@@ -31,15 +37,12 @@ def db() -> None:
 @url_option
 @click.option("--revision", default="head", show_default=True, help="Target schema revision.")
 @pass_app
-def upgrade(app: AppContext, url: str | None, revision: str) -> None:
+def upgrade(app: App, url: str | None, revision: str) -> None:
     """Create the schema, or migrate it to REVISION (safe to run again: a no-op at head)."""
     store = _open(app, url)
-    try:
-        before = store.current_revision()
-        store.upgrade(revision)
-        after = store.current_revision()
-    finally:
-        store.dispose()
+    before = store.current_revision()
+    store.upgrade(revision)
+    after = store.current_revision()
     if before == after:
         click.echo(f"{store.where}: schema already at {after}")
     else:
@@ -49,13 +52,10 @@ def upgrade(app: AppContext, url: str | None, revision: str) -> None:
 @db.command("current")
 @url_option
 @pass_app
-def current(app: AppContext, url: str | None) -> None:
+def current(app: App, url: str | None) -> None:
     """Print the schema revision of the store and the newest this slurm-gpu knows."""
     store = _open(app, url)
-    try:
-        revision = store.current_revision()
-    finally:
-        store.dispose()
+    revision = store.current_revision()
     head = Store.head_revision()
     state = "up to date" if revision == head else "needs `slurm-gpu db upgrade`"
     click.echo(f"{store.where}: {revision or '(empty)'} (head {head}, {state})")
@@ -72,17 +72,12 @@ def current(app: AppContext, url: str | None) -> None:
     help="Age of the readings to fold (default: [store] readings_retention).",
 )
 @pass_app
-def prune(app: AppContext, url: str | None, older_than: float | None) -> None:
+def prune(app: App, url: str | None, older_than: float | None) -> None:
     """Roll readings older than the retention up into hourly rows, then delete them.
 
     Job summaries are never pruned. Run daily (conf/systemd/slurm-gpu-db-prune.timer).
     """
-    import time
-
     age = older_than if older_than is not None else float(app.config.store.readings_retention)
     store = _open(app, url)
-    try:
-        hourly, pruned = store.rollup_and_prune(time.time() - age)
-    finally:
-        store.dispose()
+    hourly, pruned = store.rollup_and_prune(time.time() - age)
     click.echo(f"{store.where}: {pruned} readings folded into {hourly} hourly rows")

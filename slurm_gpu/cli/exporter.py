@@ -8,9 +8,12 @@ import signal
 import threading
 
 import click
+from prometheus_client import CollectorRegistry, generate_latest
 
-from slurm_gpu.cli.context import AppContext, pass_app
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
 from slurm_gpu.durations import parse_duration
+from slurm_gpu.metrics.collector import ClusterCollector, serve
 
 _ADDRESS = re.compile(r"(?:\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]*):\d{1,5}")
 
@@ -46,33 +49,26 @@ def _seconds(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
 )
 @click.option("--once", is_flag=True, help="Print the metrics once (text format) and exit.")
 @pass_app
-def exporter_command(app: AppContext, listen: str, max_age: float, once: bool) -> None:
+def exporter_command(app: App, listen: str, max_age: float, once: bool) -> None:
     """GPUs by state, GPU-hours and cost per user and account, controller actions.
 
     Run one on the head node, next to the controller; the node agents export each GPU's
     readings themselves (`slurm-gpu node run --metrics-address`).
     """
-    from prometheus_client import CollectorRegistry, generate_latest
-
-    from slurm_gpu.metrics.collector import open_collector, serve
-
     config = app.config
     logging.basicConfig(
         level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    collector = open_collector(config, max_age=max_age)
-    try:
-        if once:
-            registry = CollectorRegistry()
-            registry.register(collector)
-            click.echo(generate_latest(registry).decode(), nl=False)
-            return
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        shutdown = serve(collector, listen)
-        logging.getLogger(__name__).info("serving /metrics on %s", listen)
-        stop.wait()
-        shutdown()
-    finally:
-        collector.store.dispose()
+    collector = ClusterCollector(config, app.store, app.slurm, max_age=max_age)
+    if once:
+        registry = CollectorRegistry()
+        registry.register(collector)
+        click.echo(generate_latest(registry).decode(), nl=False)
+        return
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    shutdown = serve(collector, listen)
+    logging.getLogger(__name__).info("serving /metrics on %s", listen)
+    stop.wait()
+    shutdown()

@@ -1,9 +1,9 @@
 """The `slurm-gpu` command: a click group that other command modules plug into.
 
 Each module in slurm_gpu/cli/ defines one command or group; import it at the top and
-register it at the bottom of this file with `cli.add_command(...)`. Commands get shared
-state (the --config choice, the lazily loaded Config) through
-`slurm_gpu.cli.context.pass_app`.
+register it at the bottom of this file with `cli.add_command(...)`. Commands get the
+invocation's `App` (the lazily loaded Config and the services built from it) through
+`slurm_gpu.cli.context.pass_app`; the App is closed when the command ends.
 """
 
 from pathlib import Path
@@ -12,13 +12,16 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
+from slurm_gpu.cli.audit import audit_cmd
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
-from slurm_gpu.cli.controller import audit_cmd, controller_group, exempt_cmd, policy_group
+from slurm_gpu.cli.controller import controller_group
 from slurm_gpu.cli.db import db
+from slurm_gpu.cli.exempt import exempt_cmd
 from slurm_gpu.cli.exporter import exporter_command
 from slurm_gpu.cli.job import job_command
 from slurm_gpu.cli.node import node_group
+from slurm_gpu.cli.policy import policy_group
 from slurm_gpu.cli.report import report_command
 from slurm_gpu.cli.sacct import sacct_command
 from slurm_gpu.cli.status import status_command
@@ -33,6 +36,7 @@ class SlurmGpuGroup(click.Group):
     """
 
     def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a SlurmGpuError becomes its lines on stderr and exit 1."""
         try:
             return super().invoke(ctx)
         except SlurmGpuError as exc:

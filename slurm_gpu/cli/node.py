@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
+import time
 
 import click
 
-from slurm_gpu.cli.context import AppContext, pass_app
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
+from slurm_gpu.gpu.nvml import NvmlSource
+from slurm_gpu.node.daemon import default_node_name, dump_spool, run_node
 
 
 @click.group("node")
@@ -26,14 +32,8 @@ def node_group() -> None:
     help="Serve /metrics here (overrides [node] metrics_address; several agents per host).",
 )
 @pass_app
-def run_cmd(
-    app: AppContext, node_name: str | None, once: bool, metrics_address: str | None
-) -> None:
+def run_cmd(app: App, node_name: str | None, once: bool, metrics_address: str | None) -> None:
     """Sample GPUs every interval, spool locally, ship to the store."""
-    import dataclasses
-
-    from slurm_gpu.node.daemon import default_node_name, run_node
-
     config = app.config
     if metrics_address is not None:
         node = dataclasses.replace(config.node, metrics_address=metrics_address)
@@ -41,7 +41,7 @@ def run_cmd(
     logging.basicConfig(
         level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    run_node(config, node_name or default_node_name(), once=once)
+    run_node(config, node_name or default_node_name(), app.store, app.runner, once=once)
 
 
 @node_group.command("spool")
@@ -49,10 +49,8 @@ def run_cmd(
     "--node", "node_name", default=None, help="Slurm node name (default: short hostname)."
 )
 @pass_app
-def spool_cmd(app: AppContext, node_name: str | None) -> None:
+def spool_cmd(app: App, node_name: str | None) -> None:
     """List what waits in the spool for the store."""
-    from slurm_gpu.node.daemon import default_node_name, dump_spool
-
     click.echo(dump_spool(app.config, node_name or default_node_name()))
 
 
@@ -63,12 +61,6 @@ def gpus_cmd(as_json: bool) -> None:
 
     Checks that the agent's NVML path works here: library, driver, every field.
     """
-    import json
-    import time
-    from dataclasses import asdict
-
-    from slurm_gpu.gpu.nvml import NvmlSource
-
     source = NvmlSource()
     try:
         for device in source.devices():
@@ -79,7 +71,11 @@ def gpus_cmd(as_json: bool) -> None:
                 else None
             )
             if as_json:
-                record = {**asdict(device), **asdict(snap), "util_mean_percent": util}
+                record = {
+                    **dataclasses.asdict(device),
+                    **dataclasses.asdict(snap),
+                    "util_mean_percent": util,
+                }
                 record.pop("samples")
                 click.echo(json.dumps(record))
                 continue

@@ -1,21 +1,30 @@
 """click helpers shared by the commands."""
 
+from __future__ import annotations
+
 import click
 
-from slurm_gpu.durations import Duration, parse_duration
+from slurm_gpu.slurm.timespec import now_local, parse_time
 
 
-def duration_option(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> Duration | None:
-    """click callback parsing a duration like the config file's: "90s", "1h30m", "600".
+def sacct_time(text: str | None, option: str) -> float | None:
+    """POSIX seconds of a -S/-E value as sacct takes it (None: the option was not given).
 
-    Use as `@click.option("--idle-for", callback=duration_option, metavar="DURATION")`;
-    the value the command gets is seconds (float), or None when the option is absent.
+    Args:
+        text: what the user typed ("now-7days", "2026-11-01T00:00", "midnight"...).
+        option: the option's names, for the message ("-S/--starttime").
+
+    Raises:
+        click.BadParameter: not a time (exit 2), the message naming the option.
     """
-    if value is None:
+    if text is None:
         return None
     try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+        return parse_time(text, now_local(), argument=option)
+    except ValueError as exc:  # the message starts with the option's name
+        raise click.BadParameter(str(exc)) from None
+
+
+def comma_list(text: str) -> list[str]:
+    """The non-empty items of a comma-separated option value: "a,,b" -> ["a", "b"]."""
+    return [item for item in text.split(",") if item]

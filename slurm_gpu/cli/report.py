@@ -9,21 +9,21 @@ from typing import Any
 
 import click
 
-from slurm_gpu.cli.context import AppContext, pass_app
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
 from slurm_gpu.cli.sacct import (
     _split,
     echo_warnings,
     output_mode,
     output_options,
     period_options,
-    report_env,
     resolve_period,
 )
-from slurm_gpu.reports.jobs import JobFilter
 from slurm_gpu.reports.monthly import build_monthly, write_monthly
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import GROUP_KEYS, build_report, report_fields
+from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.timespec import format_sacct_time
 
 
@@ -85,7 +85,7 @@ class _ReportCommand(click.Command):
 @output_options
 @pass_app
 def report_command(
-    app: AppContext,
+    app: App,
     kind: str,
     starttime: str | None,
     endtime: str | None,
@@ -114,69 +114,66 @@ def report_command(
     coordinated accounts', or all for admins).
     """
     mode = output_mode(parsable2, parsable, as_json, as_csv)
-    env = report_env(app)
+    env = app.report_env
+    group = GROUP_KEYS[kind]
+    fields = report_fields(env.config.cost.currency, group)
     try:
-        group = GROUP_KEYS[kind]
-        fields = report_fields(env.config.cost.currency, group)
-        try:
-            columns = parse_format(fmt or ",".join(fields), fields)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        since, until = _period(env, starttime, endtime, month)
-        selection = JobFilter(
-            users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
+        columns = parse_format(fmt or ",".join(fields), fields)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    since, until = _period(env, starttime, endtime, month)
+    selection = JobFilter(
+        users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
+    )
+    usage = env.usage(since, until, selection)
+    nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
+    try:
+        report = build_report(
+            usage,
+            group,
+            since=since,
+            until=until,
+            now=env.now_seconds,
+            cluster=env.config.cluster.name,
+            all_nodes=nodes,
+            busy_factor=env.config.reports.busy_node_factor,
+            top=top,
+            sort=sort,
         )
-        usage = env.usage(since, until, selection)
-        nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
-        try:
-            report = build_report(
-                usage,
-                group,
-                since=since,
-                until=until,
-                now=env.now_seconds,
-                cluster=env.config.cluster.name,
-                all_nodes=nodes,
-                hot_factor=env.config.reports.hot_node_factor,
-                top=top,
-                sort=sort,
-            )
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        period = f"{format_sacct_time(since, env.tz)} - {format_sacct_time(until, env.tz)}"
-        if mode == "json":
-            waste_columns = parse_format(
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    period = f"{format_sacct_time(since, env.tz)} - {format_sacct_time(until, env.tz)}"
+    if mode == "json":
+        waste_columns = parse_format(
+            "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
+        )
+        document = {
+            "report": kind,
+            "period": {"start": since, "end": until, "text": period},
+            "scope": env.scope.describe(),
+            "currency": env.config.cost.currency,
+            "rows": [json_record(columns, r) for r in report.rows],
+            "total": json_record(columns, report.total),
+            "top_waste": [json_record(waste_columns, r) for r in report.top_waste],
+        }
+        click.echo(json.dumps(document, indent=2))
+    else:
+        if mode == "table" and not noheader:
+            click.echo("-" * 80)
+            click.echo(f"GPU usage by {kind} {period} ({env.scope.describe()})")
+            click.echo(f"Cost in {env.config.cost.currency} per {env.config.cost.unit}")
+            click.echo("-" * 80)
+        click.echo(
+            render(columns, [*report.rows, report.total], mode, header=not noheader), nl=False
+        )
+        if mode == "table" and report.top_waste:
+            click.echo("")
+            click.echo("Top users by idle GPU-hours:")
+            waste = parse_format(
                 "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
             )
-            document = {
-                "report": kind,
-                "period": {"start": since, "end": until, "text": period},
-                "scope": env.scope.describe(),
-                "currency": env.config.cost.currency,
-                "rows": [json_record(columns, r) for r in report.rows],
-                "total": json_record(columns, report.total),
-                "top_waste": [json_record(waste_columns, r) for r in report.top_waste],
-            }
-            click.echo(json.dumps(document, indent=2))
-        else:
-            if mode == "table" and not noheader:
-                click.echo("-" * 80)
-                click.echo(f"GPU usage by {kind} {period} ({env.scope.describe()})")
-                click.echo(f"Cost in {env.config.cost.currency} per {env.config.cost.unit}")
-                click.echo("-" * 80)
-            click.echo(
-                render(columns, [*report.rows, report.total], mode, header=not noheader), nl=False
-            )
-            if mode == "table" and report.top_waste:
-                click.echo("")
-                click.echo("Top users by idle GPU-hours:")
-                waste = parse_format(
-                    "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
-                )
-                click.echo(render(waste, report.top_waste, "table"), nl=False)
-        echo_warnings(env)
-    finally:
-        env.close()
+            click.echo(render(waste, report.top_waste, "table"), nl=False)
+    echo_warnings(env)
 
 
 @click.command("monthly")
@@ -196,23 +193,20 @@ def report_command(
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="Wasteful jobs listed.")  # fmt: skip
 @pass_app
-def monthly_command(app: AppContext, month: str | None, out: Path, top: int) -> None:
+def monthly_command(app: App, month: str | None, out: Path, top: int) -> None:
     """The monthly report: one self-contained HTML page (inline SVG charts) and CSV files.
 
     Cluster overview, GPU-hours and cost by account and user, utilization distribution,
     idle waste, top wasteful jobs, queue wait by partition, a node heat map, and what the
     controller did. You see only the jobs you may see (all of them for admins).
     """
-    env = report_env(app)
-    try:
-        if month is None:
-            previous = env.now.replace(day=1) - dt.timedelta(days=1)
-            month = previous.strftime("%Y-%m")
-        month_period(month, env.tz)  # a bad --month is a usage error naming the option
-        report = build_monthly(env, month, waste_top=top)
-        files = write_monthly(report, out)
-        click.echo(f"monthly report {month} ({env.scope.describe()}): {files[0]}")
-        click.echo(f"CSV files: {', '.join(f.name for f in files[1:])}")
-        echo_warnings(env)
-    finally:
-        env.close()
+    env = app.report_env
+    if month is None:
+        previous = env.now.replace(day=1) - dt.timedelta(days=1)
+        month = previous.strftime("%Y-%m")
+    month_period(month, env.tz)  # a bad --month is a usage error naming the option
+    report = build_monthly(env, month, waste_top=top)
+    files = write_monthly(report, out)
+    click.echo(f"monthly report {month} ({env.scope.describe()}): {files[0]}")
+    click.echo(f"CSV files: {', '.join(f.name for f in files[1:])}")
+    echo_warnings(env)

@@ -7,32 +7,17 @@ from typing import Any
 
 import click
 
-from slurm_gpu.cli.context import AppContext, pass_app
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
 from slurm_gpu.reports.fields import DEFAULT_FORMAT, GPU_FORMAT, job_fields
-from slurm_gpu.reports.jobs import JobFilter, gpu_records, job_records
+from slurm_gpu.reports.records import gpu_records, job_records
 from slurm_gpu.reports.render import OutputMode, help_format, parse_format, render
-from slurm_gpu.reports.service import ReportEnv, open_env
+from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.usage import JobFilter
+from slurm_gpu.slurm.sacct import state_name
 from slurm_gpu.slurm.timespec import parse_time
 
 F = Callable[..., Any]
-# sacct -s takes short codes too (https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES).
-STATE_CODES = {
-    "BF": "BOOT_FAIL",
-    "CA": "CANCELLED",
-    "CD": "COMPLETED",
-    "DL": "DEADLINE",
-    "F": "FAILED",
-    "NF": "NODE_FAIL",
-    "OOM": "OUT_OF_MEMORY",
-    "PD": "PENDING",
-    "PR": "PREEMPTED",
-    "R": "RUNNING",
-    "RQ": "REQUEUED",
-    "RS": "RESIZING",
-    "RV": "REVOKED",
-    "S": "SUSPENDED",
-    "TO": "TIMEOUT",
-}
 
 
 def _split(values: Sequence[str]) -> tuple[str, ...]:
@@ -102,11 +87,6 @@ def resolve_period(
     return since, until
 
 
-def report_env(app: AppContext) -> ReportEnv:
-    """The report environment for this invocation (caller: the real uid)."""
-    return open_env(app.config)
-
-
 def echo_warnings(env: ReportEnv) -> None:
     """Warnings on stderr, one line each."""
     for warning in env.warnings:
@@ -128,7 +108,7 @@ def echo_warnings(env: ReportEnv) -> None:
 @output_options
 @pass_app
 def sacct_command(
-    app: AppContext,
+    app: App,
     starttime: str | None,
     endtime: str | None,
     allusers: bool,
@@ -157,29 +137,26 @@ def sacct_command(
         click.echo(help_format(job_fields()), nl=False)
         return
     mode = output_mode(parsable2, parsable, as_json, as_csv)
-    env = report_env(app)
+    env = app.report_env
+    fields = job_fields(env.config.cost.currency)
     try:
-        fields = job_fields(env.config.cost.currency)
-        try:
-            columns = parse_format(fmt or (GPU_FORMAT if per_gpu else DEFAULT_FORMAT), fields)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-        job_list = _split(jobs)
-        user_list = _split(users)
-        if not allusers and not user_list and env.scope.caller.uid != 0:
-            user_list = (env.scope.caller.name,)
-        since, until = resolve_period(env, starttime, endtime)
-        selection = JobFilter(
-            users=user_list,
-            accounts=_split(accounts),
-            partitions=_split(partitions),
-            job_ids=job_list,
-            nodes=_split(nodes),
-            states=tuple(STATE_CODES.get(s.upper(), s.upper()) for s in _split(states)),
-        )
-        usage = env.usage(None if job_list else since, None if job_list else until, selection)
-        records = gpu_records(usage) if per_gpu else job_records(usage)
-        click.echo(render(columns, records, mode, header=not noheader), nl=False)
-        echo_warnings(env)
-    finally:
-        env.close()
+        columns = parse_format(fmt or (GPU_FORMAT if per_gpu else DEFAULT_FORMAT), fields)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    job_list = _split(jobs)
+    user_list = _split(users)
+    if not allusers and not user_list and env.scope.caller.uid != 0:
+        user_list = (env.scope.caller.name,)
+    since, until = resolve_period(env, starttime, endtime)
+    selection = JobFilter(
+        users=user_list,
+        accounts=_split(accounts),
+        partitions=_split(partitions),
+        job_ids=job_list,
+        nodes=_split(nodes),
+        states=tuple(state_name(s) for s in _split(states)),
+    )
+    usage = env.usage(None if job_list else since, None if job_list else until, selection)
+    records = gpu_records(usage) if per_gpu else job_records(usage)
+    click.echo(render(columns, records, mode, header=not noheader), nl=False)
+    echo_warnings(env)

@@ -5,11 +5,12 @@ many Prometheus servers (or a fast scrape interval) cost one read per `max_age`.
 
 Exported (counters end in `_total`; units in names, as in DESIGN.md):
 
-- slurm_gpu_gpus{node, state}: state allocated (Slurm's gres/gpu per node, `scontrol -o
-  show node`), idle_allocated (the part of allocated whose newest stored interval is below
-  [node] active_threshold_percent: `slurm-gpu status`'s figure), free.
+- slurm_gpu_gpus{node, state}: state allocated (Slurm's gres/gpu per node,
+  `SlurmClient.gpu_nodes()`: `scontrol -o show node`), idle_allocated (the part of
+  allocated whose newest stored interval is below [node] active_threshold_percent:
+  `slurm-gpu status`'s figure), free.
 - slurm_gpu_node_info{node, state}: 1 per node, with its Slurm state.
-- slurm_gpu_running_jobs{user, account}: `squeue -h -t R,CG`.
+- slurm_gpu_running_jobs{user, account}: `SlurmClient.running_owners()` (`squeue -t R,CG`).
 - slurm_gpu_user_gpu_hours_total{user, account}: GPU-hours from job summaries (finished
   jobs) and stored intervals (running jobs), counted as the reports count them;
   slurm_gpu_user_gpu_active_hours_total: the part above the active threshold;
@@ -41,28 +42,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config import Config
+from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.errors import SlurmError, StoreError
 from slurm_gpu.metrics.totals import Monotonic, SettledSums
-from slurm_gpu.reports.jobs import load_usage
-from slurm_gpu.reports.settings import CostSettings
-from slurm_gpu.reports.status import (
-    NodeStatus,
-    build_status,
-    parse_scontrol_nodes,
-    parse_squeue_owners,
-)
-from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
-from slurm_gpu.store import Store
-from slurm_gpu.store import usage as store_usage
-from slurm_gpu.store.control import ControlStore
+from slurm_gpu.reports.status import NodeStatus, build_status
+from slurm_gpu.reports.usage import load_usage
+from slurm_gpu.slurm.client import SlurmClient
+from slurm_gpu.store import Store, queries
+from slurm_gpu.units import is_known
 
 log = logging.getLogger(__name__)
 
 EVERYONE = Scope(Caller(0, "slurm-gpu-exporter"), all=True, reason="exporter")
 SETTLE_SECONDS = 3600.0
 """Rows older than this are final: summaries and outcomes have arrived by then."""
-NODE_ARGV = ["scontrol", "-o", "show", "node"]
-OWNERS_ARGV = ["squeue", "-h", "-t", "R,CG", "-o", "%A|%u|%a"]
 
 UserKey = tuple[str, str]
 """(user, account)"""
@@ -106,9 +99,7 @@ def outcome_label(outcome: str) -> str:
 
 
 def _text(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return str(value)
+    return str(value) if is_known(value) else ""
 
 
 def _time(value: Any) -> float | None:
@@ -130,7 +121,7 @@ class ClusterCollector:
         config: the configuration ([cluster], [node] active_threshold_percent, [cost],
             [reports] status_window).
         store: the accounting store (read only).
-        runner: runs Slurm commands (production: SlurmCommands from [slurm]).
+        slurm: asks Slurm (production: `App.slurm`, the CLI client over [slurm]'s commands).
         clock: POSIX seconds now.
         max_age: seconds one snapshot answers scrapes for.
         settle_seconds: see `SettledSums`.
@@ -140,7 +131,7 @@ class ClusterCollector:
         self,
         config: Config,
         store: Store,
-        runner: CommandRunner,
+        slurm: SlurmClient,
         *,
         clock: Callable[[], float] = time.time,
         max_age: float = 15.0,
@@ -148,8 +139,8 @@ class ClusterCollector:
     ) -> None:
         self.config = config
         self.store = store
-        self.control = ControlStore(store)
-        self.runner = runner
+        self.control = store.control
+        self.slurm = slurm
         self.clock = clock
         self.max_age = max_age
         self._lock = threading.Lock()
@@ -177,8 +168,8 @@ class ClusterCollector:
         started = time.perf_counter()
         slurm_up = True
         try:
-            slurm_nodes = parse_scontrol_nodes(self.runner(NODE_ARGV))
-            owners = parse_squeue_owners(self.runner(OWNERS_ARGV))
+            slurm_nodes = self.slurm.gpu_nodes()
+            owners = self.slurm.running_owners()
         except SlurmError as exc:
             log.warning("Slurm did not answer: %s", exc)
             slurm_up, slurm_nodes, owners = False, [], {}
@@ -187,7 +178,7 @@ class ClusterCollector:
         inventory: dict[str, list[str]] = {}
         try:
             window = float(self.config.reports.status_window)
-            intervals = store_usage.recent_intervals(self.store, now - window)
+            intervals = queries.recent_intervals(self.store, now - window)
             for entry in self.store.inventory():
                 inventory.setdefault(entry.node, []).append(entry.device.uuid)
             self._read_usage(now)
@@ -207,8 +198,9 @@ class ClusterCollector:
             )
             nodes = tuple(status.nodes)
         running: dict[UserKey, int] = {}
-        for user, account in owners.values():
-            running[(user, account)] = running.get((user, account), 0) + 1
+        for owner in owners.values():
+            key = (owner.user, owner.account)
+            running[key] = running.get(key, 0) + 1
         usage: dict[UserKey, tuple[float, float, float]] = {}
         actions: dict[ActionKey, float] = {}
         if store_up:
@@ -373,17 +365,6 @@ class ClusterCollector:
                 actions.add_metric([policy, action, outcome], count)
         yield from (store_up, slurm_up, duration, gpus, node_info, running)
         yield from (user_hours, user_active, account_hours, user_cost, account_cost, actions)
-
-
-def open_collector(config: Config, *, max_age: float = 15.0) -> ClusterCollector:
-    """The collector over the configured store and Slurm commands."""
-    store = Store(config.store.url, cluster=config.cluster.name, echo=config.store.echo_sql)
-    runner = SlurmCommands(
-        bin_dir=config.slurm.bin_dir,
-        timeout=float(config.slurm.command_timeout),
-        conf=config.slurm.conf,
-    )
-    return ClusterCollector(config, store, runner, max_age=max_age)
 
 
 def serve(collector: ClusterCollector, address: str) -> Callable[[], None]:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpuSnapshot, GpuSource
 from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, period_start, split_window
@@ -85,7 +86,8 @@ class NodeAgent:
         gres_files: this node's GPU device files in Slurm index order (gres.conf).
         interval: seconds between ticks.
         period: shipping period in seconds (intervals are aggregated to this).
-        active_threshold: utilization percent above which a sample counts as active.
+        active_threshold: a sample at or above this utilization percent is active
+            (`slurm_gpu.activity.is_active`, [node] active_threshold_percent).
         max_gap_intervals: a read later than this many intervals after the previous one
             does not claim the gap: it is recorded as missing, not as idle.
         clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job).
@@ -233,7 +235,7 @@ class NodeAgent:
         """The controller's view of a running job's GPU: replaced every tick."""
         since = max(w0, span.start)
         mine = [s for s in snap.samples if since < s.time <= now]
-        busy = [s.time for s in mine if s.util_percent > self.active_threshold]
+        busy = [s.time for s in mine if is_active(s.util_percent, self.active_threshold)]
         key = (span.job_id, uuid)
         if busy:
             self._last_active[key] = max(busy)

@@ -12,6 +12,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpuSnapshot
 
 
@@ -87,11 +88,12 @@ def split_window(
     """Pieces of (w0, w1] with their samples, point readings and a share of the energy.
 
     Args:
-        w0: end of the previous read (exclusive). w1: this read (inclusive).
+        w0: end of the previous read (exclusive).
+        w1: this read (inclusive).
         snapshot: this read; its samples may reach before w0 (they are filtered).
         spans: the jobs that held this GPU at any time in the window.
         period: shipping period in seconds (pieces never straddle its boundaries).
-        active_threshold: a sample above this percent counts as active.
+        active_threshold: a sample at or above this percent is active (`is_active`).
         energy_delta: joules the GPU used over the window, shared by piece length.
     """
     if w1 <= w0:
@@ -111,7 +113,7 @@ def split_window(
                 util_count=len(values),
                 util_max=max(values) if values else None,
                 util_min=min(values) if values else None,
-                active_count=sum(1 for v in values if v > active_threshold),
+                active_count=sum(1 for v in values if is_active(v, active_threshold)),
                 mem_used_bytes=snapshot.mem_used_bytes,
                 power_watts=snapshot.power_watts,
                 energy_joules=None if energy_delta is None else energy_delta * (b - a) / (w1 - w0),

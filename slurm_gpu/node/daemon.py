@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_conf
-from slurm_gpu.slurm.runner import SlurmCommands
+from slurm_gpu.slurm.runner import CommandRunner
 from slurm_gpu.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,28 +53,34 @@ def build_agent(config: Config, node: str) -> NodeAgent:
     )
 
 
-def run_node(config: Config, node: str, once: bool = False) -> int:
-    """Runs the agent until SIGTERM/SIGINT (or one tick and one drain with `once`)."""
+def run_node(
+    config: Config, node: str, store: Store, slurm: CommandRunner, once: bool = False
+) -> int:
+    """Runs the agent until SIGTERM/SIGINT (or one tick and one drain with `once`).
+
+    Args:
+        config: the configuration ([node], [store] shipping, [cluster] name).
+        node: this node's Slurm name.
+        store: where the shipper sends the spool's rows (the caller closes it).
+        slurm: runs `scontrol` for the jobs' AdminComment.
+        once: one tick and one shipping pass, then return.
+    """
     agent = build_agent(config, node)
-    store = Store(config.store.url, cluster=config.cluster.name)
-    slurm = SlurmCommands(
-        bin_dir=config.slurm.bin_dir,
-        timeout=float(config.slurm.command_timeout),
-        conf=config.slurm.conf,
-    )
 
     def write_admin_comments(job_ids: list[int]) -> None:
         for job_id in job_ids:
             write_job_summary(slurm, job_id, store.job_summaries(job_id), config.cluster.name)
 
-    shipper = Shipper(
-        Spool(spool_path(config, node)),
-        store,
-        node,
-        batch_size=config.node.ship_batch_size,
-        backoff_max=float(config.node.ship_backoff_max),
-        on_summaries=write_admin_comments if config.node.write_admin_comment else None,
-    )
+    def open_shipper() -> Shipper:
+        return Shipper(
+            Spool(spool_path(config, node)),
+            store,
+            node,
+            batch_size=config.node.ship_batch_size,
+            backoff_max=float(config.node.ship_backoff_max),
+            on_summaries=write_admin_comments if config.node.write_admin_comment else None,
+        )
+
     with agent.spool.transaction() as db:
         agent.spool.queue(
             db,
@@ -96,14 +103,14 @@ def run_node(config: Config, node: str, once: bool = False) -> int:
     )
     if once:
         agent.tick()
-        shipper.drain()
+        _ship(open_shipper, lambda shipper: shipper.drain())
         return 0
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     ship_thread = threading.Thread(
-        target=lambda: _ship_forever(config, node, store, shipper, stop), daemon=True
+        target=_ship, args=(open_shipper, lambda shipper: shipper.run(stop)), daemon=True
     )
     ship_thread.start()
     next_tick = time.monotonic()
@@ -128,18 +135,26 @@ def run_node(config: Config, node: str, once: bool = False) -> int:
     return 0
 
 
-def _ship_forever(
-    config: Config, node: str, store: Store, shipper: Shipper, stop: threading.Event
-) -> None:
-    # The shipper's spool connection must be created in this thread (sqlite3 rule).
-    shipper.spool = Spool(spool_path(config, node))
-    shipper.run(stop)
+def _ship(open_shipper: Callable[[], Shipper], work: Callable[[Shipper], object]) -> None:
+    """Opens a shipper, lets it `work`, then closes its spool connection.
+
+    All three in the calling thread: a sqlite3 connection is used and closed only by the
+    thread that made it.
+    """
+    shipper = open_shipper()
+    try:
+        work(shipper)
+    finally:
+        shipper.spool.close()
 
 
 def dump_spool(config: Config, node: str) -> str:
     """The spool's outbox as JSON lines (debugging: `slurm-gpu node spool`)."""
     spool = Spool(spool_path(config, node))
-    rows = spool.pending(10**6)
+    try:
+        rows = spool.pending(10**6)
+    finally:
+        spool.close()
     if not rows:
         return "spool empty: everything recorded is in the store"
     return "\n".join(json.dumps({"id": i, "kind": k, "key": key}) for i, k, key, _ in rows)

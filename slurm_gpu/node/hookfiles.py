@@ -1,19 +1,24 @@
 """Reading what the prolog/epilog hooks wrote under <state_dir>/<node>/.
 
-The hooks (POSIX sh, prolog/ and epilog/) write `key=value` files ending in `end=1` and
-rename them into place; the time of an event is the file's mtime (the hooks fork no
-`date`). A file that cannot be parsed is moved to `.quarantine/`, never deleted, so no
-event is lost and a bad file does not block the ones behind it.
+The hooks (POSIX sh, hooks/) write each `key=value` file in place with one write(2), its
+last line `end=1`; there is no rename. A file without `end=1` is still being written (or
+was left by a crash or a full disk) and is skipped until it is complete. The time of an
+event or binding is its file's mtime (the hooks run no `date`). A file that still cannot
+be parsed after the grace period is moved to `.quarantine/`, never deleted, so no event
+is lost and a bad file does not block the ones behind it; a file removed while it is
+being read (the epilog drops a job's bindings at any moment) is skipped.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_gpu.errors import brief
 from slurm_gpu.models import Binding, JobEvent, JobEventKind
 
 log = logging.getLogger(__name__)
@@ -54,10 +59,6 @@ def _is_number(text: str) -> bool:
     return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
 
 
-def _brief(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
-
-
 def _int(fields: dict[str, str], key: str, where: str, required: bool = False) -> int | None:
     value = fields.get(key, "")
     if value == "":
@@ -65,14 +66,14 @@ def _int(fields: dict[str, str], key: str, where: str, required: bool = False) -
             raise HookFileError(f"{where}: {key} is missing")
         return None
     if not _is_number(value):
-        raise HookFileError(f"{where}: {key} must be digits, got {_brief(value)}")
+        raise HookFileError(f"{where}: {key} must be digits, got {brief(value)}")
     return int(value)
 
 
 def _indices(text: str, where: str) -> tuple[int, ...]:
     parts = [p for p in text.split(",") if p]
     if not all(_is_number(p) for p in parts):
-        raise HookFileError(f"{where}: gpu_indices must be digits, got {_brief(text)}")
+        raise HookFileError(f"{where}: gpu_indices must be digits, got {brief(text)}")
     return tuple(int(p) for p in parts)
 
 
@@ -122,11 +123,27 @@ def parse_binding(path: Path) -> Binding:
 
 
 def _visible(directory: Path) -> list[Path]:
+    """The hook files in `directory`, oldest first (mtime, then name).
+
+    A file removed between the listing and its stat (the epilog drops a job's bindings at
+    any moment) is skipped, as prometheus client_python's multiprocess reader skips the
+    files that vanish under it: the agent must not lose its tick to that race.
+    """
     try:
-        entries = [p for p in directory.iterdir() if not p.name.startswith(".") and p.is_file()]
+        listed = list(directory.iterdir())
     except FileNotFoundError:
         return []
-    return sorted(entries, key=lambda p: (p.stat().st_mtime, p.name))
+    found: list[tuple[float, str, Path]] = []
+    for path in listed:
+        if path.name.startswith("."):
+            continue
+        try:
+            info = path.stat()
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(info.st_mode):
+            found.append((info.st_mtime, path.name, path))
+    return [path for _mtime, _name, path in sorted(found)]
 
 
 def quarantine(path: Path, reason: str) -> None:

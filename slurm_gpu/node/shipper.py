@@ -19,15 +19,15 @@ from typing import Protocol
 
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobEvent, JobGpuSummary
-from slurm_gpu.node.spool import (
-    Spool,
-    SpoolError,
+from slurm_gpu.node.outbox import (
+    OutboxError,
     decode_activity,
     decode_event,
     decode_interval,
     decode_inventory,
     decode_summary,
 )
+from slurm_gpu.node.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +35,29 @@ log = logging.getLogger(__name__)
 class StoreSink(Protocol):
     """The part of the accounting store the shipper writes to."""
 
-    def add_events(self, events: Sequence[JobEvent]) -> int: ...
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int: ...
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int: ...
-    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None: ...
-    def add_activity(self, rows: Sequence[GpuActivity]) -> int: ...
-    def forget_activity(self, job_ids: Sequence[int]) -> None: ...
+    def add_events(self, events: Sequence[JobEvent]) -> int:
+        """Stores job events (idempotent by key); returns how many were new."""
+        ...
+
+    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
+        """Stores GPU intervals (idempotent); returns how many were new."""
+        ...
+
+    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
+        """Stores per-job-per-GPU summaries (idempotent); returns how many were new."""
+        ...
+
+    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
+        """Replaces the node's GPU inventory as seen at `seen_at`."""
+        ...
+
+    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
+        """Replaces running jobs' recent GPU activity; returns rows written."""
+        ...
+
+    def forget_activity(self, job_ids: Sequence[int]) -> None:
+        """Drops the activity rows of jobs that are summarized."""
+        ...
 
 
 # Events first: a job's row exists before its intervals and summaries arrive.
@@ -60,7 +77,7 @@ class _Batch:
     bad: list[tuple[int, str]] = field(default_factory=list)
 
     def add(self, kind: str, payload: str) -> None:
-        """Decodes one row into its list. Raises SpoolError."""
+        """Decodes one row into its list. Raises OutboxError."""
         if kind == "event":
             self.events.append(decode_event(payload))
         elif kind == "inventory":
@@ -72,7 +89,7 @@ class _Batch:
         elif kind == "summary":
             self.summaries.append(decode_summary(payload))
         else:
-            raise SpoolError(f"outbox row of unknown kind {kind!r}")
+            raise OutboxError(f"outbox row of unknown kind {kind!r}")
 
 
 class Shipper:
@@ -118,14 +135,14 @@ class Shipper:
         rows = self.spool.pending(self.batch_size)
         if not rows:
             return 0, 0
-        rows.sort(key=lambda r: (_ORDER.get(r[1], 9), r[0]))
+        rows.sort(key=lambda r: (_ORDER.get(r.kind, 9), r.id))
         batch = _Batch()
-        keys = {row_id: key for row_id, _kind, key, _payload in rows}
-        for row_id, kind, _key, payload in rows:
+        keys = {row.id: row.key for row in rows}
+        for row in rows:
             try:
-                batch.add(kind, payload)
-            except SpoolError as exc:
-                batch.bad.append((row_id, str(exc)))
+                batch.add(row.kind, row.payload)
+            except OutboxError as exc:
+                batch.bad.append((row.id, str(exc)))
         if batch.bad:
             # Before shipping: these rows would fail every retry and block the outbox.
             self.spool.quarantine(batch.bad, self.clock())
@@ -149,7 +166,7 @@ class Shipper:
             self.store.add_summaries(summaries)
             self.store.forget_activity(sorted({s.job_id for s in summaries}))
         bad = {row_id for row_id, _ in batch.bad}
-        self.spool.delete([r[0] for r in rows if r[0] not in bad])
+        self.spool.delete([r.id for r in rows if r.id not in bad])
         shipped = len(rows) - len(bad)
         self.shipped_total += shipped
         if summaries and self.on_summaries is not None:

@@ -1,8 +1,9 @@
 """The agent's local spool: SQLite in WAL mode, written before anything is shipped.
 
 What the agent has seen lives here until the accounting store has committed it:
-- `outbox`: rows ready to ship (intervals, events, summaries, inventory), each with an
-  idempotency key; deleted only after the store committed them.
+- `outbox`: rows ready to ship (intervals, events, summaries, inventory, activity), each
+  with an idempotency key and its payload encoded by `outbox.py`; deleted only after the
+  store committed them.
 - `pieces`: the open shipping period of each GPU and job, merged tick by tick and sealed
   into an `interval` outbox row once the period is over.
 - `spans`: the jobs holding GPUs on this node (from the hooks' events).
@@ -12,41 +13,38 @@ What the agent has seen lives here until the accounting store has committed it:
 - `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
   kind), kept whole with the reason for the admin instead of blocking the outbox.
 Every tick is one transaction: a crash loses at most the tick in progress.
+
+The spool outlives upgrades of the agent with rows still in it, so its layout carries a
+version (`PRAGMA user_version`): an older spool is migrated in place at open, a newer one
+is refused untouched. Every statement names its columns, so a column added by a migration
+(appended at the table's end) cannot shift the others.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import math
 import sqlite3
-import types
-import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import (
-    GpuActivity,
-    GpuDevice,
-    GpuInterval,
-    JobEvent,
-    JobEventKind,
-    JobGpuSummary,
-)
+from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, Piece
+from slurm_gpu.node.outbox import encode
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS outbox (
+SCHEMA_VERSION = 1
+"""The spool layout this agent writes. Raising it needs a step in `_MIGRATIONS`."""
+
+_VERSION_1_TABLES = (
+    """CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
     key TEXT NOT NULL UNIQUE,
     payload TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS pieces (
+)""",
+    """CREATE TABLE IF NOT EXISTS pieces (
     uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
     start REAL NOT NULL, end REAL NOT NULL,
     util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
@@ -55,46 +53,210 @@ CREATE TABLE IF NOT EXISTS pieces (
     power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
     temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (uuid, job_id, period_start)
-);
-CREATE TABLE IF NOT EXISTS spans (
+)""",
+    """CREATE TABLE IF NOT EXISTS spans (
     job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
     start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT,
     PRIMARY KEY (job_id, slurm_index)
-);
-CREATE TABLE IF NOT EXISTS job_acc (
+)""",
+    """CREATE TABLE IF NOT EXISTS job_acc (
     job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
     covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
     util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
     active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
     mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (job_id, uuid)
-);
-CREATE TABLE IF NOT EXISTS gpu_state (
+)""",
+    """CREATE TABLE IF NOT EXISTS gpu_state (
     uuid TEXT PRIMARY KEY, last_read REAL, last_sample REAL, last_energy REAL
-);
-CREATE TABLE IF NOT EXISTS quarantine (
+)""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     kind TEXT NOT NULL,
     key TEXT NOT NULL,
     payload TEXT NOT NULL,
     error TEXT NOT NULL,
     quarantined_at REAL NOT NULL
-);
+)""",
+)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # Version 0 is a new file, or a spool of the releases before versions: they wrote
+    # version 1's tables unstamped, creating any that were missing at every open.
+    0: _VERSION_1_TABLES,
+}
+"""{version: the statements that bring a spool of that version to the next one}.
+
+A new spool runs them all from 0. A layout change appends a step (e.g. `ALTER TABLE ...
+ADD COLUMN`) and raises SCHEMA_VERSION; never edit a released step.
 """
 
 NO_JOB = 0  # pieces.job_id for time a GPU was held by no job (Slurm job ids start at 1)
 
 
 class SpoolError(SlurmGpuError):
-    """The spool database cannot be opened or written (disk full, permissions), or an
-    outbox payload does not decode into its model."""
+    """The spool database cannot be opened or written.
+
+    Disk full, permissions, or a layout newer than this agent knows.
+    """
+
+
+class OutboxRow(NamedTuple):
+    """One outbox row, as `pending` returns it."""
+
+    id: int
+    kind: str
+    key: str
+    payload: str
+
+
+class QuarantinedRow(NamedTuple):
+    """One quarantined outbox row, as `quarantined` returns it."""
+
+    kind: str
+    key: str
+    payload: str
+    error: str
+
+
+class _PieceRow(NamedTuple):
+    """A `pieces` row: one GPU's open shipping period for one job (or NO_JOB)."""
+
+    uuid: str
+    job_id: int
+    period_start: float
+    start: float
+    end: float
+    util_sum: float
+    util_count: int
+    util_max: float | None
+    util_min: float | None
+    active_seconds: float
+    covered_seconds: float
+    mem_max: int | None
+    mem_total: int | None
+    power_joules: float | None
+    power_seconds: float
+    energy: float | None
+    temp_max: float | None
+    ecc: int | None
+    unallocated: str
+
+
+class _JobAccRow(NamedTuple):
+    """A `job_acc` row's totals: one job on one GPU so far."""
+
+    model: str
+    covered: float
+    util_sum: float
+    util_count: int
+    util_max: float | None
+    active_seconds: float
+    mem_max: int | None
+    mem_gib_seconds: float
+    energy: float | None
+    readings: int
+
+
+_NO_ACC = _JobAccRow("", 0.0, 0.0, 0, None, 0.0, None, 0.0, None, 0)
+_SPAN_COLUMNS = ("job_id", "slurm_index", "start", "end", "user", "account", "partition")
+
+
+def _columns(names: tuple[str, ...]) -> str:
+    return ", ".join(names)
+
+
+def _placeholders(names: tuple[str, ...]) -> str:
+    # Positional, bound from a tuple in the same order as `names` (a NamedTuple's
+    # fields): cheaper per tick than named parameters bound from a dict.
+    return ", ".join("?" for _ in names)
+
+
+def _known(how: str, column: str) -> str:
+    """An upsert's SET term for `column`, where NULL means "not read" rather than unknown.
+
+    Two known values are combined by `how` (`max`, `min`, or `+` for a sum), one known value
+    is kept, and the column stays NULL only while neither side was read. SQLite's
+    two-argument max()/min() and `+` give NULL when either side is NULL; coalesce then
+    falls back to the side that is known.
+    """
+    ours, new = column, f"excluded.{column}"
+    both = f"{ours} + {new}" if how == "+" else f"{how}({ours}, {new})"
+    return f"{column} = coalesce({both}, {ours}, {new})"
+
+
+def _summed(column: str) -> str:
+    return f"{column} = {column} + excluded.{column}"
+
+
+_PIECE_UPSERT = (
+    f"INSERT INTO pieces ({_columns(_PieceRow._fields)})"
+    f" VALUES ({_placeholders(_PieceRow._fields)})"
+    " ON CONFLICT(uuid, job_id, period_start) DO UPDATE SET "
+    + ", ".join(
+        (
+            "start = min(start, excluded.start)",
+            "end = max(end, excluded.end)",
+            _summed("util_sum"),
+            _summed("util_count"),
+            _known("max", "util_max"),
+            _known("min", "util_min"),
+            _summed("active_seconds"),
+            _summed("covered_seconds"),
+            _known("max", "mem_max"),
+            "mem_total = coalesce(excluded.mem_total, mem_total)",  # the newest known
+            _known("+", "power_joules"),
+            _summed("power_seconds"),
+            _known("+", "energy"),
+            _known("max", "temp_max"),
+            "ecc = coalesce(excluded.ecc, ecc)",  # a running total: the newest known
+            "unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated"
+            " ELSE excluded.unallocated END",
+        )
+    )
+)
+
+_JOB_ACC_COLUMNS = ("job_id", "uuid", *_JobAccRow._fields)
+_JOB_ACC_UPSERT = (
+    f"INSERT INTO job_acc ({_columns(_JOB_ACC_COLUMNS)})"
+    f" VALUES ({_placeholders(_JOB_ACC_COLUMNS)})"
+    " ON CONFLICT(job_id, uuid) DO UPDATE SET "
+    + ", ".join(
+        (
+            _summed("covered"),
+            _summed("util_sum"),
+            _summed("util_count"),
+            _known("max", "util_max"),
+            _summed("active_seconds"),
+            _known("max", "mem_max"),
+            _summed("mem_gib_seconds"),
+            _known("+", "energy"),
+            _summed("readings"),
+        )
+    )
+)
+
+_SPAN_INSERT = (
+    f"INSERT OR IGNORE INTO spans ({_columns(_SPAN_COLUMNS)})"
+    f" VALUES ({_placeholders(_SPAN_COLUMNS)})"
+)
+
+
+def _mean_power(row: _PieceRow) -> float | None:
+    # power_seconds counts only the pieces whose power was read, so they are both known
+    # or both absent (0 seconds).
+    if row.power_joules is None or not row.power_seconds:
+        return None
+    return row.power_joules / row.power_seconds
 
 
 class Spool:
     """One node's spool database.
 
     Args:
-        path: the SQLite file (its directory is created).
+        path: the SQLite file (its directory is created). A spool of an older layout is
+            migrated in place; one newer than SCHEMA_VERSION raises SpoolError and is
+            left as it is.
     """
 
     def __init__(self, path: Path) -> None:
@@ -102,11 +264,42 @@ class Spool:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(SCHEMA)
         except (sqlite3.Error, OSError) as exc:
             raise SpoolError(f"spool {path}: {exc}") from exc
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise SpoolError(f"spool {path}: {exc}") from exc
+        except SpoolError:
+            self._db.close()
+            raise
+
+    def _open(self) -> None:
+        """Checks the layout's version, then migrates it to SCHEMA_VERSION (a new file from 0)."""
+        self._refuse_newer(self._version())  # before anything writes to the file
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        if self._version() == SCHEMA_VERSION:
+            return
+        with self.transaction() as db:
+            version = self._version()  # again: another connection may have migrated it
+            self._refuse_newer(version)
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _version(self) -> int:
+        return int(self._db.execute("PRAGMA user_version").fetchone()[0])
+
+    def _refuse_newer(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise SpoolError(
+                f"spool {self.path}: layout version {version} is newer than this agent's"
+                f" ({SCHEMA_VERSION}): a newer slurm-gpu wrote it. Run that release (or a"
+                " newer one) to ship its rows; the file was left untouched."
+            )
 
     def close(self) -> None:
         """Closes the connection."""
@@ -133,7 +326,7 @@ class Spool:
     def gpu_state(self) -> dict[str, tuple[float | None, float | None, float | None]]:
         """{uuid: (last_read, last_sample, last_energy)}."""
         rows = self._db.execute("SELECT uuid, last_read, last_sample, last_energy FROM gpu_state")
-        return {r[0]: (r[1], r[2], r[3]) for r in rows}
+        return {uuid: (read, sample, energy) for uuid, read, sample, energy in rows}
 
     @staticmethod
     def set_gpu_state(
@@ -145,7 +338,8 @@ class Spool:
     ) -> None:
         """Remembers where this GPU's next read starts."""
         db.execute(
-            "INSERT INTO gpu_state VALUES (?, ?, ?, ?) ON CONFLICT(uuid) DO UPDATE SET"
+            "INSERT INTO gpu_state (uuid, last_read, last_sample, last_energy)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT(uuid) DO UPDATE SET"
             " last_read=excluded.last_read, last_sample=excluded.last_sample,"
             " last_energy=excluded.last_energy",
             (uuid, last_read, last_sample, last_energy),
@@ -155,24 +349,32 @@ class Spool:
 
     def spans(self) -> list[JobSpan]:
         """Every job span the agent knows (running, or ended but not yet summarized)."""
-        rows = self._db.execute(
-            "SELECT job_id, slurm_index, start, end, user, account, partition FROM spans"
-        )
-        return [JobSpan(r[0], r[1], r[2], r[3], r[4] or "", r[5] or "", r[6] or "") for r in rows]
+        rows = self._db.execute(f"SELECT {_columns(_SPAN_COLUMNS)} FROM spans")
+        return [
+            JobSpan(job, index, start, end, user or "", account or "", partition or "")
+            for job, index, start, end, user, account, partition in rows
+        ]
 
     @staticmethod
     def apply_event(db: sqlite3.Connection, event: JobEvent) -> None:
         """Records an event: queues it for the store and opens or closes its spans."""
-        payload = json.dumps(asdict(event), default=_jsonable)
         db.execute(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('event', ?, ?)",
-            (event.key, payload),
+            (event.key, encode(asdict(event))),
         )
         if event.kind is JobEventKind.STARTED:
             for index in event.gpu_indices:
-                db.execute(
-                    "INSERT OR IGNORE INTO spans VALUES (?, ?, ?, NULL, ?, ?, ?)",
-                    (event.job_id, index, event.time, event.user, event.account, event.partition),
+                Spool.add_span(
+                    db,
+                    JobSpan(
+                        event.job_id,
+                        index,
+                        event.time,
+                        None,
+                        event.user,
+                        event.account,
+                        event.partition,
+                    ),
                 )
         else:
             db.execute(
@@ -182,19 +384,8 @@ class Spool:
 
     @staticmethod
     def add_span(db: sqlite3.Connection, span: JobSpan) -> None:
-        """Adds a span found only as a binding (its started event was lost)."""
-        db.execute(
-            "INSERT OR IGNORE INTO spans VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                span.job_id,
-                span.slurm_index,
-                span.start,
-                span.end,
-                span.user,
-                span.account,
-                span.partition,
-            ),
-        )
+        """Adds a span (kept as it is when the job already holds that GPU index)."""
+        db.execute(_SPAN_INSERT, tuple(getattr(span, name) for name in _SPAN_COLUMNS))
 
     # --- pieces and accumulators -------------------------------------------------------
 
@@ -214,101 +405,53 @@ class Spool:
         seconds = piece.seconds
         active = seconds * piece.active_count / piece.util_count if piece.util_count else 0.0
         power_joules = None if piece.power_watts is None else piece.power_watts * seconds
-        pids = ",".join(str(p) for p in sorted(unallocated))
-        db.execute(
-            """INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
-            ON CONFLICT(uuid, job_id, period_start) DO UPDATE SET
-              start = min(start, excluded.start), end = max(end, excluded.end),
-              util_sum = util_sum + excluded.util_sum,
-              util_count = util_count + excluded.util_count,
-              util_max = CASE WHEN util_max IS NULL THEN excluded.util_max
-                WHEN excluded.util_max IS NULL THEN util_max
-                ELSE max(util_max, excluded.util_max) END,
-              util_min = CASE WHEN util_min IS NULL THEN excluded.util_min
-                WHEN excluded.util_min IS NULL THEN util_min
-                ELSE min(util_min, excluded.util_min) END,
-              active_seconds = active_seconds + excluded.active_seconds,
-              covered_seconds = covered_seconds + excluded.covered_seconds,
-              mem_max = CASE WHEN mem_max IS NULL THEN excluded.mem_max
-                WHEN excluded.mem_max IS NULL THEN mem_max
-                ELSE max(mem_max, excluded.mem_max) END,
-              mem_total = coalesce(excluded.mem_total, mem_total),
-              power_joules = CASE WHEN excluded.power_joules IS NULL THEN power_joules
-                ELSE coalesce(power_joules, 0) + excluded.power_joules END,
-              power_seconds = power_seconds + excluded.power_seconds,
-              energy = CASE WHEN excluded.energy IS NULL THEN energy
-                ELSE coalesce(energy, 0) + excluded.energy END,
-              temp_max = CASE WHEN temp_max IS NULL THEN excluded.temp_max
-                WHEN excluded.temp_max IS NULL THEN temp_max
-                ELSE max(temp_max, excluded.temp_max) END,
-              ecc = coalesce(excluded.ecc, ecc),
-              unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated
-                ELSE excluded.unallocated END""",
-            (
-                uuid,
-                job,
-                piece.period_start,
-                piece.start,
-                piece.end,
-                piece.util_sum,
-                piece.util_count,
-                piece.util_max,
-                piece.util_min,
-                active,
-                seconds,
-                piece.mem_used_bytes,
-                mem_total,
-                power_joules,
-                seconds if power_joules is not None else 0.0,
-                piece.energy_joules,
-                temperature,
-                ecc,
-                pids,
-            ),
+        row = _PieceRow(
+            uuid=uuid,
+            job_id=job,
+            period_start=piece.period_start,
+            start=piece.start,
+            end=piece.end,
+            util_sum=piece.util_sum,
+            util_count=piece.util_count,
+            util_max=piece.util_max,
+            util_min=piece.util_min,
+            active_seconds=active,
+            covered_seconds=seconds,
+            mem_max=piece.mem_used_bytes,
+            mem_total=mem_total,
+            power_joules=power_joules,
+            power_seconds=seconds if power_joules is not None else 0.0,
+            energy=piece.energy_joules,
+            temp_max=temperature,
+            ecc=ecc,
+            unallocated=",".join(str(p) for p in sorted(unallocated)),
         )
+        db.execute(_PIECE_UPSERT, row)
         if job == NO_JOB:
             return
-        mem_gib_seconds = (piece.mem_used_bytes or 0) / 2**30 * seconds
-        db.execute(
-            """INSERT INTO job_acc VALUES (?,?,?,?,?,?,?,?,?,?,?,1)
-            ON CONFLICT(job_id, uuid) DO UPDATE SET
-              covered = covered + excluded.covered,
-              util_sum = util_sum + excluded.util_sum,
-              util_count = util_count + excluded.util_count,
-              util_max = CASE WHEN util_max IS NULL THEN excluded.util_max
-                WHEN excluded.util_max IS NULL THEN util_max
-                ELSE max(util_max, excluded.util_max) END,
-              active_seconds = active_seconds + excluded.active_seconds,
-              mem_max = CASE WHEN mem_max IS NULL THEN excluded.mem_max
-                WHEN excluded.mem_max IS NULL THEN mem_max
-                ELSE max(mem_max, excluded.mem_max) END,
-              mem_gib_seconds = mem_gib_seconds + excluded.mem_gib_seconds,
-              energy = CASE WHEN excluded.energy IS NULL THEN energy
-                ELSE coalesce(energy, 0) + excluded.energy END,
-              readings = readings + 1""",
-            (
-                job,
-                uuid,
-                model,
-                seconds,
-                piece.util_sum,
-                piece.util_count,
-                piece.util_max,
-                active,
-                piece.mem_used_bytes,
-                mem_gib_seconds,
-                piece.energy_joules,
-            ),
+        totals = _JobAccRow(
+            model=model,
+            covered=seconds,
+            util_sum=piece.util_sum,
+            util_count=piece.util_count,
+            util_max=piece.util_max,
+            active_seconds=active,
+            mem_max=piece.mem_used_bytes,
+            mem_gib_seconds=(piece.mem_used_bytes or 0) / 2**30 * seconds,
+            energy=piece.energy_joules,
+            readings=1,
         )
+        db.execute(_JOB_ACC_UPSERT, (job, uuid, *totals))
 
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
         """Moves this GPU's period rows that ended by `before` to the outbox."""
         rows = db.execute(
-            "SELECT * FROM pieces WHERE uuid = ? AND period_start <= ? ORDER BY period_start",
+            f"SELECT {_columns(_PieceRow._fields)} FROM pieces"
+            " WHERE uuid = ? AND period_start <= ? ORDER BY period_start",
             (uuid, before),
         ).fetchall()
-        return cls._seal(db, node, rows)
+        return cls._seal(db, node, [_PieceRow(*r) for r in rows])
 
     @classmethod
     def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int) -> int:
@@ -318,65 +461,44 @@ class Spool:
         reader who trusts the summary would see intervals short of it.
         """
         rows = db.execute(
-            "SELECT * FROM pieces WHERE job_id = ? ORDER BY uuid, period_start", (job_id,)
+            f"SELECT {_columns(_PieceRow._fields)} FROM pieces"
+            " WHERE job_id = ? ORDER BY uuid, period_start",
+            (job_id,),
         ).fetchall()
-        return cls._seal(db, node, rows)
+        return cls._seal(db, node, [_PieceRow(*r) for r in rows])
 
     @staticmethod
-    def _seal(db: sqlite3.Connection, node: str, rows: list[Any]) -> int:
-        sealed = 0
+    def _seal(db: sqlite3.Connection, node: str, rows: list[_PieceRow]) -> int:
         for r in rows:
-            (
-                uuid,
-                job,
-                period,
-                start,
-                end,
-                util_sum,
-                util_count,
-                util_max,
-                util_min,
-                active,
-                covered,
-                mem_max,
-                mem_total,
-                power_joules,
-                power_seconds,
-                energy,
-                temp_max,
-                ecc,
-                pids,
-            ) = r
             interval = GpuInterval(
                 node=node,
-                gpu_uuid=uuid,
-                period_start=start,
-                period_end=end,
-                job_id=None if job == NO_JOB else job,
-                util_mean_percent=util_sum / util_count if util_count else None,
-                util_max_percent=util_max,
-                util_min_percent=util_min,
-                util_sample_count=util_count,
-                active_seconds=active,
-                covered_seconds=covered,
-                mem_used_max_bytes=mem_max,
-                mem_total_bytes=mem_total,
-                power_mean_watts=power_joules / power_seconds if power_seconds else None,
-                energy_joules=energy,
-                temperature_max_celsius=temp_max,
-                ecc_errors_total=ecc,
-                unallocated_pids=tuple(int(p) for p in pids.split(",") if p),
+                gpu_uuid=r.uuid,
+                period_start=r.start,
+                period_end=r.end,
+                job_id=None if r.job_id == NO_JOB else r.job_id,
+                util_mean_percent=r.util_sum / r.util_count if r.util_count else None,
+                util_max_percent=r.util_max,
+                util_min_percent=r.util_min,
+                util_sample_count=r.util_count,
+                active_seconds=r.active_seconds,
+                covered_seconds=r.covered_seconds,
+                mem_used_max_bytes=r.mem_max,
+                mem_total_bytes=r.mem_total,
+                power_mean_watts=_mean_power(r),
+                energy_joules=r.energy,
+                temperature_max_celsius=r.temp_max,
+                ecc_errors_total=r.ecc,
+                unallocated_pids=tuple(int(p) for p in r.unallocated.split(",") if p),
             )
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)",
-                (f"{node}:{uuid}:{start!r}", json.dumps(asdict(interval))),
+                (f"{node}:{r.uuid}:{r.start!r}", encode(asdict(interval))),
             )
             db.execute(
                 "DELETE FROM pieces WHERE uuid = ? AND job_id = ? AND period_start = ?",
-                (uuid, job, period),
+                (r.uuid, r.job_id, r.period_start),
             )
-            sealed += 1
-        return sealed
+        return len(rows)
 
     @staticmethod
     def finish_job(
@@ -385,7 +507,13 @@ class Spool:
         """Turns an ended job's totals into summaries in the outbox; forgets the job.
 
         Args:
+            db: the open transaction.
+            node: this node's name.
+            job_id: the ended job.
             uuids: {Slurm GPU index: uuid} on this node.
+
+        Returns:
+            One summary per GPU the job held here.
         """
         Spool.seal_job(db, node, job_id)
         spans = db.execute(
@@ -395,33 +523,29 @@ class Spool:
         summaries: list[JobGpuSummary] = []
         for index, start, end, user, account, partition in spans:
             uuid = uuids.get(index, f"unresolved-index-{index}")
-            acc = db.execute(
-                "SELECT model, covered, util_sum, util_count, util_max, active_seconds,"
-                " mem_max, mem_gib_seconds, energy, readings FROM job_acc"
-                " WHERE job_id = ? AND uuid = ?",
+            found = db.execute(
+                f"SELECT {_columns(_JobAccRow._fields)} FROM job_acc WHERE job_id = ? AND uuid = ?",
                 (job_id, uuid),
             ).fetchone()
-            model, covered, util_sum, util_count, util_max, active, mem_max, mem_gs, energy, n = (
-                acc or ("", 0.0, 0.0, 0, None, 0.0, None, 0.0, None, 0)
-            )
+            acc = _JobAccRow(*found) if found else _NO_ACC
             gpu_seconds = max(0.0, end - start)
             # Less than a second unaccounted is clock granularity, not missing data.
-            missing = gpu_seconds - covered
+            missing = gpu_seconds - acc.covered
             summary = JobGpuSummary(
                 job_id=job_id,
                 node=node,
                 gpu_uuid=uuid,
-                gpu_model=model,
+                gpu_model=acc.model,
                 start=start,
                 end=end,
                 gpu_seconds=gpu_seconds,
-                util_mean_percent=util_sum / util_count if util_count else None,
-                util_max_percent=util_max,
-                active_seconds=active,
-                mem_max_bytes=mem_max,
-                mem_gib_seconds=mem_gs,
-                energy_joules=energy,
-                reading_count=n,
+                util_mean_percent=acc.util_sum / acc.util_count if acc.util_count else None,
+                util_max_percent=acc.util_max,
+                active_seconds=acc.active_seconds,
+                mem_max_bytes=acc.mem_max,
+                mem_gib_seconds=acc.mem_gib_seconds,
+                energy_joules=acc.energy,
+                reading_count=acc.readings,
                 missing_seconds=missing if missing >= 1.0 else 0.0,
                 user=user or "",
                 account=account or "",
@@ -430,7 +554,7 @@ class Spool:
             summaries.append(summary)
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('summary', ?, ?)",
-                (f"{job_id}:{node}:{uuid}", json.dumps(asdict(summary))),
+                (f"{job_id}:{node}:{uuid}", encode(asdict(summary))),
             )
         db.execute("DELETE FROM job_acc WHERE job_id = ?", (job_id,))
         db.execute("DELETE FROM spans WHERE job_id = ?", (job_id,))
@@ -441,16 +565,17 @@ class Spool:
         """Queues any JSON-able payload for shipping under an idempotency key."""
         db.execute(
             "INSERT OR REPLACE INTO outbox (kind, key, payload) VALUES (?, ?, ?)",
-            (kind, key, json.dumps(payload, default=_jsonable)),
+            (kind, key, encode(payload)),
         )
 
     # --- outbox ------------------------------------------------------------------------
 
-    def pending(self, limit: int) -> list[tuple[int, str, str, str]]:
-        """The oldest `limit` outbox rows: (id, kind, key, payload JSON)."""
-        return self._db.execute(
+    def pending(self, limit: int) -> list[OutboxRow]:
+        """The oldest `limit` outbox rows."""
+        rows = self._db.execute(
             "SELECT id, kind, key, payload FROM outbox ORDER BY id LIMIT ?", (limit,)
-        ).fetchall()
+        )
+        return [OutboxRow(*r) for r in rows]
 
     def delete(self, ids: list[int]) -> None:
         """Forgets outbox rows the store has committed."""
@@ -477,133 +602,7 @@ class Spool:
                 )
                 db.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
 
-    def quarantined(self) -> list[tuple[str, str, str, str]]:
-        """Quarantined rows, oldest first: (kind, key, payload, error)."""
-        return self._db.execute(
-            "SELECT kind, key, payload, error FROM quarantine ORDER BY id"
-        ).fetchall()
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, JobEventKind):
-        return value.value
-    raise TypeError(f"cannot serialise {type(value).__name__}")
-
-
-# --- decoding outbox payloads ------------------------------------------------------------
-# The outbox is written by this program, but it is a file on a node's disk that outlives
-# upgrades and can be damaged; a payload is checked field by field, so a bad row is a
-# SpoolError naming the row kind and field, never a TypeError deep in the store.
-
-_M = TypeVar("_M")
-_INT_RANGE = 2**63  # the store's BIGINT
-
-
-def decode_interval(payload: str) -> GpuInterval:
-    """An outbox `interval` payload back into its model. Raises SpoolError."""
-    return _decode_model("interval", GpuInterval, _load("interval", payload))
-
-
-def decode_event(payload: str) -> JobEvent:
-    """An outbox `event` payload back into its model. Raises SpoolError."""
-    return _decode_model("event", JobEvent, _load("event", payload))
-
-
-def decode_summary(payload: str) -> JobGpuSummary:
-    """An outbox `summary` payload back into its model. Raises SpoolError."""
-    return _decode_model("summary", JobGpuSummary, _load("summary", payload))
-
-
-def decode_activity(payload: str) -> GpuActivity:
-    """An outbox `activity` payload back into its model. Raises SpoolError."""
-    return _decode_model("activity", GpuActivity, _load("activity", payload))
-
-
-def decode_inventory(payload: str) -> tuple[list[GpuDevice], float]:
-    """An outbox `inventory` payload: (devices, seen_at). Raises SpoolError."""
-    data = _load("inventory", payload)
-    if not isinstance(data, dict) or set(data) != {"devices", "seen_at"}:
-        raise SpoolError(
-            f"outbox inventory row: expected an object with devices and seen_at, got {_brief(data)}"
-        )
-    devices = data["devices"]
-    if not isinstance(devices, list):
-        raise SpoolError(f"outbox inventory row: devices: expected a list, got {_brief(devices)}")
-    seen_at = _decode_value("inventory", "seen_at", float, data["seen_at"])
-    assert isinstance(seen_at, float)
-    return [_decode_model("inventory", GpuDevice, d) for d in devices], seen_at
-
-
-def _load(kind: str, payload: str) -> Any:
-    try:
-        return json.loads(payload)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too-long integers
-        raise SpoolError(f"outbox {kind} row: payload is not JSON ({exc})") from None
-
-
-def _decode_model(kind: str, model: type[_M], data: Any) -> _M:
-    if not isinstance(data, dict):
-        raise SpoolError(f"outbox {kind} row: expected a JSON object, got {_brief(data)}")
-    fields = {f.name: f for f in dataclasses.fields(model) if f.init}  # type: ignore[arg-type]
-    unknown = sorted(str(name) for name in data if name not in fields)
-    if unknown:
-        raise SpoolError(f"outbox {kind} row: unknown field {_brief(unknown[0])}")
-    hints = _hints(model)
-    values: dict[str, Any] = {}
-    for name, f in fields.items():
-        if name in data:
-            values[name] = _decode_value(kind, name, hints[name], data[name])
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise SpoolError(f"outbox {kind} row: field {name} is missing")
-    return model(**values)
-
-
-_HINTS: dict[type[Any], dict[str, Any]] = {}
-
-
-def _hints(model: type[Any]) -> dict[str, Any]:
-    if model not in _HINTS:  # resolving the string annotations is slow: once per model
-        _HINTS[model] = typing.get_type_hints(model)
-    return _HINTS[model]
-
-
-def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
-    """One field, checked against its annotation (str, int, float, enum, X | None,
-    tuple[int, ...]: all the models' fields use)."""
-    args = typing.get_args(hint)
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        if value is None:
-            return None
-        (hint,) = [a for a in args if a is not type(None)]
-        what = _EXPECTED.get(hint, "a value") + " or null"
-    else:
-        what = _EXPECTED.get(hint, "a list of integers")
-    if hint is str and isinstance(value, str):
-        return value
-    number = isinstance(value, int | float) and not isinstance(value, bool)
-    if hint is int and number and isinstance(value, int) and -_INT_RANGE < value < _INT_RANGE:
-        return value
-    if hint is float and number:
-        try:
-            result = float(value)
-        except OverflowError:  # an integer beyond a float's range
-            result = math.inf
-        if math.isfinite(result):
-            return result
-    if isinstance(hint, type) and issubclass(hint, JobEventKind) and value in list(hint):
-        return hint(value)
-    if typing.get_origin(hint) is tuple and isinstance(value, list):
-        return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
-    if isinstance(hint, type) and issubclass(hint, JobEventKind):
-        what = "one of " + ", ".join(k.value for k in hint)
-    raise SpoolError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
-
-
-_EXPECTED = {str: "a string", int: "an integer", float: "a finite number"}
-
-
-def _brief(value: Any) -> str:
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"a {value.bit_length()}-bit integer"
-    text = json.dumps(value, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
+    def quarantined(self) -> list[QuarantinedRow]:
+        """Quarantined rows, oldest first."""
+        rows = self._db.execute("SELECT kind, key, payload, error FROM quarantine ORDER BY id")
+        return [QuarantinedRow(*r) for r in rows]

@@ -19,7 +19,7 @@ from slurm_gpu.config import Config
 from slurm_gpu.models import Action, Exemption, GpuActivity, GpuInterval, SlurmJob
 from slurm_gpu.policy.rules import evaluate
 from slurm_gpu.store import Store
-from slurm_gpu.store.control import ControlStore, HistoricJob
+from slurm_gpu.store.control import HistoricJob
 
 JOB_POLICIES = ("idle_gpu", "max_runtime")
 
@@ -81,7 +81,7 @@ def backtest(
     """Replays the job policies over [since, until) every `step` seconds."""
     step = step or float(config.controller.interval)
     period = max(float(config.store.ship_aggregate), float(config.node.interval))
-    control = ControlStore(store)
+    control = store.control
     history = control.jobs_between(since, until)
     intervals = {job.job_id: store.intervals(job_id=job.job_id) for job in history}
     exemptions = [

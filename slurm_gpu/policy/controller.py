@@ -36,7 +36,7 @@ from slurm_gpu.policy.quota_periods import cluster_timezone, is_rolling, period_
 from slurm_gpu.policy.rules import evaluate
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store
-from slurm_gpu.store.control import ControlStore, QuotaAction
+from slurm_gpu.store.control import QuotaAction
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Controller:
         self.config = config
         self.slurm = slurm
         self.store = store
-        self.control = ControlStore(store)
+        self.control = store.control
         self.notifier = notifier
         self.clock = clock
         self.holder = holder or default_holder()
@@ -199,10 +199,13 @@ class Controller:
                     report.notified,
                 )
             sleep(max(0.0, interval - (time.monotonic() - started)))
-        self.release()
+        self.release_lease()
 
-    def release(self) -> None:
-        """Gives the lease back (clean shutdown), so another controller need not wait."""
+    def release_lease(self) -> None:
+        """Gives the controller lease back (clean shutdown), so another need not wait.
+
+        (Not to be confused with `SlurmClient.release`, which releases held jobs.)
+        """
         try:
             self.control.release_lease(LEASE, self.holder)
         except StoreError as exc:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
 
+from slurm_gpu.config.policy import NotifySettings
 from slurm_gpu.models import Action, Verdict
-from slurm_gpu.policy.settings import NotifySettings
 
 log = logging.getLogger(__name__)
 

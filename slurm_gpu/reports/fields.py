@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
+from slurm_gpu.units import GIB, is_known
 
-GIB = float(2**30)
 DEFAULT_FORMAT = (
     "JobID,JobName,User,Account,Partition,State,Elapsed,AllocGPUs,GPUHours,GPUUtilAvg,"
     "IdleGPUHours,Cost"
@@ -20,9 +19,7 @@ GPU_FORMAT = "JobID,User,Node,GPU,GPUModel,GPUHours,GPUUtilAvg,GPUUtilMax,GPUMem
 def _key(name: str) -> Callable[[Mapping[str, Any]], Cell]:
     def get(record: Mapping[str, Any]) -> Cell:
         value = record.get(name)
-        if isinstance(value, float) and math.isnan(value):
-            return None
-        return value
+        return value if is_known(value) else None
 
     return get
 
@@ -30,7 +27,7 @@ def _key(name: str) -> Callable[[Mapping[str, Any]], Cell]:
 def _hours(name: str) -> Callable[[Mapping[str, Any]], Cell]:
     def get(record: Mapping[str, Any]) -> Cell:
         value = record.get(name)
-        return None if value is None or value != value else float(value) / 3600.0
+        return float(value) / 3600.0 if is_known(value) else None
 
     return get
 
@@ -38,7 +35,7 @@ def _hours(name: str) -> Callable[[Mapping[str, Any]], Cell]:
 def _scaled(name: str, factor: float) -> Callable[[Mapping[str, Any]], Cell]:
     def get(record: Mapping[str, Any]) -> Cell:
         value = record.get(name)
-        return None if value is None or value != value else float(value) / factor
+        return float(value) / factor if is_known(value) else None
 
     return get
 
@@ -58,7 +55,7 @@ def _limit(value: Cell) -> str:
 def _time_get(name: str) -> Callable[[Mapping[str, Any]], Cell]:
     def get(record: Mapping[str, Any]) -> Cell:
         value = record.get(name)
-        return None if value is None or value != value else float(value)
+        return float(value) if is_known(value) else None
 
     return get
 

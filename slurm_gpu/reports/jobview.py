@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from slurm_gpu.reports.jobs import is_running
+from slurm_gpu.reports.records import is_running
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
+from slurm_gpu.units import GIB, is_known
 
-GIB = float(2**30)
 BAR = 20
 
 
@@ -37,7 +37,7 @@ class Thresholds:
 
 def bar(fraction: float | None, width: int = BAR) -> str:
     """`[########------------]` for 0..1; `[?...]` when unknown."""
-    if fraction is None or math.isnan(fraction):
+    if not is_known(fraction):
         return "[" + "?" * width + "]"
     filled = round(min(max(fraction, 0.0), 1.0) * width)
     return "[" + "#" * filled + "-" * (width - filled) + "]"
@@ -105,7 +105,7 @@ def _f(value: Any) -> float:
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not math.isnan(float(value)) and float(value) > 0
+    return isinstance(value, int | float) and is_known(float(value)) and float(value) > 0
 
 
 def short(uuid: str) -> str:
@@ -150,7 +150,7 @@ def render_job(
     lines.append("")
     gpu_hours = sum(float(g.get("gpu_seconds") or 0) for g in gpus) / 3600.0
     active_hours = sum(float(g.get("active_seconds") or 0) for g in gpus) / 3600.0
-    energy = [float(g["energy_joules"]) for g in gpus if _present(g.get("energy_joules"))]
+    energy = [float(g["energy_joules"]) for g in gpus if is_known(g.get("energy_joules"))]
     cost = sum(float(g.get("cost") or 0) for g in gpus)
     util = job.get("util_mean_percent")
     lines.append(
@@ -173,17 +173,17 @@ def render_job(
         mem = g.get("mem_max_bytes")
         mem_text = (
             f"{_f(mem) / GIB:.1f}/{_f(total) / GIB:.0f} GiB"
-            if _present(mem) and total
-            else (f"{_f(mem) / GIB:.1f} GiB" if _present(mem) else "-")
+            if is_known(mem) and total
+            else (f"{_f(mem) / GIB:.1f} GiB" if is_known(mem) else "-")
         )
         util_g = g.get("util_mean_percent")
         umax = g.get("util_max_percent")
         lines.append(
             f"  {g['node']:<8} {short(str(g['gpu_uuid'])):<12} {g.get('gpu_model') or ''!s:<24.24} "
             f"{_pct(util_g):>6}/{_pct(umax):>6} "
-            f"{bar(None if not _present(util_g) else _f(util_g) / 100)} "
+            f"{bar(None if not is_known(util_g) else _f(util_g) / 100)} "
             f"{mem_text:>18} "
-            f"{bar(_f(mem) / _f(total) if _present(mem) and total else None)}"
+            f"{bar(_f(mem) / _f(total) if is_known(mem) and total else None)}"
         )
     advice = notes(job, gpus, limits)
     if advice:
@@ -193,9 +193,5 @@ def render_job(
     return "\n".join(lines) + "\n"
 
 
-def _present(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 def _pct(value: Any) -> str:
-    return f"{float(value):.1f}%" if _present(value) else "-"
+    return f"{float(value):.1f}%" if is_known(value) else "-"

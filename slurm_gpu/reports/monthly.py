@@ -1,8 +1,8 @@
 """`slurm-gpu report monthly`: one month's usage, waste and enforcement as HTML + CSV.
 
-Figures come from the same place as every report (reports/jobs.py `load_usage` through
+Figures come from the same place as every report (reports/usage.py `load_usage` through
 `ReportEnv.usage`, so the caller's scope applies), prorated to the month like
-`slurm-gpu report` (reports/summary.py `prorated`) and summed by its `_figures`
+`slurm-gpu report` (reports/summary.py `prorated`) and summed by reports/figures.py
 (GPU-hours, cost, utilization weighted by GPU-hours, idle GPU-hours). Controller actions
 come from the audit log (`ControlStore.audit_entries`), enforced entries only.
 
@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import itertools
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slurm_gpu.reports.charts import render_page
-from slurm_gpu.reports.jobs import JobFilter, Usage, with_job_listing
+from slurm_gpu.reports.figures import Groups
+from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import Segments, _figures, prorated
-from slurm_gpu.store import usage as store_usage
+from slurm_gpu.reports.summary import prorated
+from slurm_gpu.reports.usage import JobFilter, Usage, with_job_listing
+from slurm_gpu.store import queries
 from slurm_gpu.store.control import AuditEntry, ControlStore
+from slurm_gpu.units import is_known
 
 UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
 QUOTA_ACTIONS = frozenset({"hold", "release", "block", "unblock", "set_qos", "set_fairshare"})
@@ -108,24 +109,25 @@ def build_monthly(
             )
         )
     days, day_starts = _days(since, until, env.tz)
-    gpus_per_node = store_usage.gpus_per_node(env.store)
+    gpus_per_node = queries.gpus_per_node(env.store)
     shares = _day_shares(rows, full_seconds, day_starts, until, now)
     nodes = _nodes(
         rows,
         shares,
         gpus_per_node,
-        lambda unlisted: store_usage.gpus_used_on(env.store, unlisted, since, until),
+        lambda unlisted: queries.gpus_used_on(env.store, unlisted, since, until),
         len(days),
-        env.config.reports.hot_node_factor,
+        env.config.reports.busy_node_factor,
     )
     end = min(until, max(now, since))
-    total = _figures(rows)
+    whole = Groups(rows)  # the month's totals
+    total = whole.figures()[0][1]
     visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
     capacity_hours = visible_gpus * (end - since) / 3600.0
     overview = {
         **total,
         "accounts": int(rows["account"].nunique()) if len(rows) else 0,
-        "idle_cost": float(rows["idle_cost"].sum()) if len(rows) else 0.0,
+        "idle_cost": whole.sum("idle_cost", 0, len(rows)) if len(rows) else 0.0,
         "gpus": visible_gpus,
         "nodes": len(gpus_per_node) if env.scope.all else 0,
         "capacity_gpu_hours": capacity_hours,
@@ -186,9 +188,12 @@ def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], 
 
 @dataclass
 class DayShares:
-    """Each row's GPU-seconds on each day it touches: its whole GPU-seconds x its share of
-    that day, as (row, day, seconds) entries in row order (a row touches a few days of
-    the month, so a rows x days matrix would be mostly zeros)."""
+    """Each row's GPU-seconds on each day it touches.
+
+    Its whole GPU-seconds x its share of that day, as (row, day, seconds) entries in row
+    order (a row touches a few days of the month, so a rows x days matrix would be
+    mostly zeros).
+    """
 
     rows: np.ndarray
     days: np.ndarray
@@ -200,8 +205,10 @@ class DayShares:
         return np.bincount(self.days, weights=self.seconds, minlength=self.n_days)
 
     def per_group(self, codes: np.ndarray, groups: int) -> np.ndarray:
-        """GPU-seconds per group and day (groups x days), rows grouped by `codes`
-        (a code per row, -1: in no group)."""
+        """GPU-seconds per group and day (groups x days).
+
+        Rows are grouped by `codes` (a code per row, -1: in no group).
+        """
         code = codes[self.rows]
         grouped = code >= 0
         flat = code[grouped] * self.n_days + self.days[grouped]
@@ -255,10 +262,12 @@ def _nodes(
     gpus_per_node: Mapping[str, int],
     gpus_used_on: Callable[[list[str]], dict[str, int]],
     days: int,
-    hot_factor: float,
+    busy_factor: float,
 ) -> list[dict[str, Any]]:
-    """Per node: GPUs, GPU-hours, occupancy % per day and over the month, hot flag.
-    GPUs: the inventory's, or for a node it lacks, those `gpus_used_on` it."""
+    """Per node: GPUs, GPU-hours, occupancy % per day and over the month, busy flag.
+
+    GPUs: the inventory's, or for a node it lacks, those `gpus_used_on` it.
+    """
     by_node: dict[str, np.ndarray] = {}
     seen_gpus: dict[str, int] = {}
     if len(rows):
@@ -285,7 +294,7 @@ def _nodes(
                 if day_capacity and days
                 else None,
                 "share_percent": 100.0 * share,
-                "hot": "hot" if names and share > hot_factor / len(names) else "",
+                "busy": bool(names) and share > busy_factor / len(names),
                 "daily_percent": (100.0 * seconds / day_capacity).tolist()
                 if day_capacity
                 else [0.0] * len(seconds),
@@ -298,14 +307,14 @@ def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
     """`report accounts/users` figures per group, most GPU-hours first."""
     out = []
     if len(rows):
-        groups = Segments(rows, key)
+        groups = Groups(rows, key)
         account_codes, accounts = None, None
         if key == "user":  # a user's accounts: codes in group order, names once per group
             codes, uniques = pd.factorize(rows["account"], use_na_sentinel=False)
             accounts = list(uniques)
-            account_codes = codes[groups.order]
-        for (value, figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
-            record = {"key": str(value), **figures}
+            account_codes = codes[groups.positions()]
+        for (value, group_figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
+            record = {"key": str(value), **group_figures}
             if account_codes is not None and accounts is not None:
                 names = {str(accounts[c]) for c in np.unique(account_codes[a:b])}
                 record["account"] = ",".join(sorted(names))
@@ -364,8 +373,10 @@ def _idle(rows: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> list[dict[str, Any]]:
-    """The jobs with the most idle GPU-hours in the month (named from the store when the
-    month's job frame holds figures only)."""
+    """The jobs with the most idle GPU-hours in the month.
+
+    They are named from the store when the month's job frame holds figures only.
+    """
     if not len(rows):
         return []
     # Idle seconds per job: one bincount over job codes (job ids ascending, as a
@@ -378,13 +389,13 @@ def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> l
     idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
     listed = usage.jobs[usage.jobs["job_id"].isin(idle.index)]
     facts = with_job_listing(env.store, listed, env.now_seconds).set_index("job_id")
-    # The listed jobs' figures in one pass over their rows (`_figures` per job, bit for bit)
+    # The listed jobs' figures in one pass over their rows.
     listed_rows = rows.iloc[np.flatnonzero(np.isin(rows["job_id"].to_numpy(), idle.index))]
-    per_job = dict(Segments(listed_rows, "job_id").figures())
+    per_job = dict(Groups(listed_rows, "job_id").figures())
     out = []
     for job_id in idle.index:
         job = facts.loc[job_id]
-        figures = per_job[job_id]
+        job_figures = per_job[job_id]
         out.append(
             {
                 "job_id": str(job["job_id_text"]),
@@ -394,9 +405,9 @@ def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> l
                 "partition": str(job["partition"]),
                 "state": str(job["state"]),
                 "gpus": int(job["alloc_gpus"] or 0),
-                **{k: figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
-                "idle_percent": figures["idle_percent"],
-                "cost": figures["cost"],
+                **{k: job_figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
+                "idle_percent": job_figures["idle_percent"],
+                "cost": job_figures["cost"],
             }
         )
     return out
@@ -477,13 +488,9 @@ def _returned(job: Mapping[str, Any] | None, at: float) -> float | None:
         return None
     start: Any = job.get("start_time")
     limit: Any = job.get("time_limit_seconds")
-    if not _known(start) or not _known(limit):
+    if not is_known(start) or not is_known(limit):
         return None
     return int(job.get("alloc_gpus") or 0) * max(float(start) + float(limit) - at, 0.0) / 3600.0
-
-
-def _known(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def _controller(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -553,13 +560,15 @@ def write_monthly(report: MonthlyReport, out: Path) -> list[Path]:
                 for key, value in report.overview.items():
                     writer.writerow([key, _cell(value)])
             elif attribute == "nodes":
+                # The column and its cell keep the old word "hot" (now "busy") until the
+                # monthly format's next version: the output stays byte-identical till then.
                 writer.writerow(["node", "gpus", "gpu_hours", "occupancy_percent", "hot",
                                  *[f"day_{d}_percent" for d in report.days]])  # fmt: skip
                 for n in report.nodes:
                     # daily_percent: floats (~10^4 cells a month): `_cell` without its checks
                     writer.writerow(
                         [n["node"], n["gpus"], _cell(n["gpu_hours"]),
-                         _cell(n["occupancy_percent"]), n["hot"],
+                         _cell(n["occupancy_percent"]), "hot" if n["busy"] else "",
                          *[round(v, 6) if v == v else "" for v in n["daily_percent"]]]
                     )  # fmt: skip
             else:
@@ -573,7 +582,7 @@ def write_monthly(report: MonthlyReport, out: Path) -> list[Path]:
 
 
 def _cell(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+    if not is_known(value):
         return ""
     if isinstance(value, float):
         return round(value, 6)

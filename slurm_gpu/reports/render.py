@@ -16,10 +16,11 @@ import contextlib
 import csv
 import io
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from slurm_gpu.units import is_known
 
 OutputMode = Literal["table", "parsable", "parsable2", "json", "csv"]
 Cell = str | int | float | None
@@ -45,7 +46,7 @@ class Field:
 
 
 @dataclass(frozen=True)
-class Column:
+class ChosenField:
     """A field chosen on -o, with its table width."""
 
     field: Field
@@ -54,14 +55,14 @@ class Column:
 
 def parse_format(
     text: str, fields: Mapping[str, Field], *, option: str = "-o/--format"
-) -> list[Column]:
+) -> list[ChosenField]:
     """`JobID,User%12,GPUUtilAvg` -> columns (names case-insensitive, like sacct).
 
     Raises:
         ValueError: an unknown field or a bad width; the message lists the valid names.
     """
     by_lower = {name.lower(): f for name, f in fields.items()}
-    columns: list[Column] = []
+    columns: list[ChosenField] = []
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
@@ -77,7 +78,7 @@ def parse_format(
                 raise ValueError(f"{option}: bad width in {item!r}") from None
             if width == 0:
                 raise ValueError(f"{option}: width 0 in {item!r}")
-        columns.append(Column(found, width))
+        columns.append(ChosenField(found, width))
     if not columns:
         raise ValueError(f"{option}: no fields given")
     return columns
@@ -85,13 +86,11 @@ def parse_format(
 
 def cell_text(value: Cell, fmt: Callable[[Cell], str]) -> str:
     """A value as text; None (unknown) is empty."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return fmt(value)
+    return fmt(value) if is_known(value) else ""
 
 
 def render(
-    columns: Sequence[Column],
+    columns: Sequence[ChosenField],
     records: Sequence[Mapping[str, Any]],
     mode: OutputMode,
     *,
@@ -137,13 +136,13 @@ def _fit(text: str, width: int) -> str:
     return text.ljust(size) if width < 0 else text.rjust(size)
 
 
-def json_record(columns: Sequence[Column], record: Mapping[str, Any]) -> dict[str, Any]:
+def json_record(columns: Sequence[ChosenField], record: Mapping[str, Any]) -> dict[str, Any]:
     """A record as a JSON object: numbers stay numbers (rounded as in text), None is null."""
     out: dict[str, Any] = {}
     for column in columns:
         value = column.field.get(record)
         if isinstance(value, float):
-            if math.isnan(value):
+            if not is_known(value):
                 value = None
             else:
                 text = column.field.fmt(value)

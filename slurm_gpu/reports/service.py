@@ -1,7 +1,7 @@
 """What every report command needs: the store, Slurm, the caller's scope, the clock.
 
-Built once per command from the config; every OS touchpoint (caller, command runner,
-clock) is an argument so tests pass their own.
+Built once per command by `slurm_gpu.app.App` around its store and Slurm runner; every
+OS touchpoint (caller, command runner, clock) is an argument so tests pass their own.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from slurm_gpu.access import Caller, Scope, current_caller, resolve_scope
 from slurm_gpu.config import Config
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.reports.jobs import JobFilter, Usage, load_usage
-from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
+from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
+from slurm_gpu.slurm.client import SlurmClient
+from slurm_gpu.slurm.runner import CommandRunner
 from slurm_gpu.slurm.sacct import SacctJob, run_sacct
 from slurm_gpu.store import Store
 
@@ -98,36 +99,32 @@ class ReportEnv:
             figures_only=figures_only,
         )
 
-    def close(self) -> None:
-        """Release the store's connections."""
-        self.store.dispose()
-
 
 def open_env(
     config: Config,
+    store: Store,
+    runner: CommandRunner,
+    slurm: SlurmClient,
     *,
     caller: Caller | None = None,
-    runner: CommandRunner | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ReportEnv:
-    """Open the store and decide the caller's scope.
+    """Decide the caller's scope and the time, around an open store and Slurm runner.
 
     Args:
         config: the configuration.
+        store: the accounting store (the caller closes it: `App` does).
+        runner: Slurm command runner (for sacct).
+        slurm: the Slurm client over `runner` (for the caller's Slurm roles).
         caller: who is asking (default: the real uid of this process).
-        runner: Slurm command runner (default: SlurmCommands from [slurm]).
         clock: POSIX seconds now.
     """
-    if runner is None:
-        runner = SlurmCommands(
-            bin_dir=config.slurm.bin_dir,
-            timeout=float(config.slurm.command_timeout),
-            conf=config.slurm.conf,
-        )
     who = caller if caller is not None else current_caller()
     scope = resolve_scope(
-        who, runner, admins=config.access.admins, use_slurm=config.access.slurm_roles
+        who,
+        slurm,
+        admins=config.access.admins,
+        use_slurm=config.access.slurm_roles,
     )
-    store = Store(config.store.url, cluster=config.cluster.name, echo=config.store.echo_sql)
     now = dt.datetime.fromtimestamp(clock()).astimezone()
     return ReportEnv(config, store, runner, scope, now, [])

@@ -1,66 +1,21 @@
 """`slurm-gpu status`: the cluster's GPUs now.
 
-Slurm's view (`scontrol -o show node`: configured and allocated `gres/gpu` per node, node
-state) beside the agents' (the newest stored interval of every GPU within the window:
-utilization, memory, which job, processes outside any allocation). Pure functions of
-those inputs; the CLI gathers them.
+Slurm's view (`SlurmClient.gpu_nodes()`: configured and allocated GPUs per node, node
+state; `running_owners()`: whose the running jobs are) beside the agents' (the newest
+stored interval of every GPU within the window: utilization, memory, which job, processes
+outside any allocation). Pure functions of those inputs; the CLI gathers them.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_gpu.access import Scope
-
-_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-GIB = float(2**30)
-
-
-@dataclass(frozen=True)
-class SlurmNode:
-    """A node as `scontrol -o show node` reports it."""
-
-    name: str
-    state: str
-    gpus: int
-    alloc_gpus: int
-
-
-def parse_scontrol_nodes(text: str) -> list[SlurmNode]:
-    """`scontrol -o show node` (one node per line, Key=Value tokens) -> SlurmNodes."""
-    nodes: list[SlurmNode] = []
-    for line in text.splitlines():
-        values: dict[str, str] = {}
-        for token in line.split():
-            key, sep, value = token.partition("=")
-            if sep:
-                values[key] = value
-        if "NodeName" not in values:
-            continue
-        cfg = _GPU_TRES.search(values.get("CfgTRES", ""))
-        alloc = _GPU_TRES.search(values.get("AllocTRES", ""))
-        nodes.append(
-            SlurmNode(
-                name=values["NodeName"],
-                state=values.get("State", ""),
-                gpus=int(cfg.group(1)) if cfg else 0,
-                alloc_gpus=int(alloc.group(1)) if alloc else 0,
-            )
-        )
-    return nodes
-
-
-def parse_squeue_owners(text: str) -> dict[int, tuple[str, str]]:
-    """`squeue -h -t R,CG -o %A|%u|%a` -> {job_id: (user, account)}."""
-    owners: dict[int, tuple[str, str]] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) == 3 and parts[0].isdigit():
-            owners[int(parts[0])] = (parts[1], parts[2])
-    return owners
+from slurm_gpu.slurm.scontrol import GpuNode
+from slurm_gpu.slurm.squeue import JobOwner
+from slurm_gpu.units import GIB
 
 
 @dataclass
@@ -108,10 +63,10 @@ def latest_per_gpu(
 
 
 def build_status(
-    slurm_nodes: Sequence[SlurmNode],
+    slurm_nodes: Sequence[GpuNode],
     intervals: Sequence[Mapping[str, Any]],
     inventory: Mapping[str, Sequence[str]],
-    job_owners: Mapping[int, tuple[str, str]],
+    job_owners: Mapping[int, JobOwner],
     scope: Scope,
     *,
     idle_percent: float,
@@ -119,10 +74,10 @@ def build_status(
     """Combine Slurm's node view with the newest interval per GPU.
 
     Args:
-        slurm_nodes: from `parse_scontrol_nodes` (empty: Slurm unreachable).
+        slurm_nodes: from `SlurmClient.gpu_nodes()` (empty: Slurm unreachable).
         intervals: recent `gpu_intervals` rows (the status window).
         inventory: {node: GPU UUIDs} the store knows.
-        job_owners: {job_id: (user, account)} of the running jobs (`parse_squeue_owners`).
+        job_owners: the running jobs' owners (`SlurmClient.running_owners()`).
         scope: what the caller may see: others' jobs count in Slurm's totals only.
         idle_percent: a held GPU below this utilization is idle.
     """
@@ -145,7 +100,7 @@ def build_status(
         status.alloc = slurm.alloc_gpus if slurm else len(held)
         status.free = max(status.gpus - status.alloc, 0)
         status.reporting = len(rows)
-        visible = [r for r in held if scope.sees(*job_owners.get(int(r["job_id"]), ("", "")))]
+        visible = [r for r in held if _sees(scope, job_owners.get(int(r["job_id"])))]
         utils = [
             float(r["util_mean_percent"]) for r in visible if r.get("util_mean_percent") is not None
         ]
@@ -186,6 +141,10 @@ def build_status(
         scope_all=scope.all,
         latest=max((float(r["period_end"]) for r in latest.values()), default=None),
     )
+
+
+def _sees(scope: Scope, owner: JobOwner | None) -> bool:
+    return scope.sees(owner.user, owner.account) if owner else scope.sees("", "")
 
 
 def render_status(status: ClusterStatus, scope_text: str, window_text: str) -> str:

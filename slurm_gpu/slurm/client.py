@@ -2,7 +2,8 @@
 
 Every command goes through one `CommandRunner` (production: `SlurmCommands`, with its
 timeout); tests pass their own. Parsing lives in squeue.py, scontrol.py and sacctmgr.py
-as pure functions. Records the parsers could not read are skipped, logged and kept in
+as pure functions; code outside slurm/ asks this client and never reads Slurm's text.
+Records the parsers could not read are skipped, logged and kept in
 `CliSlurmClient.problems` (of the last call), never turned into guesses.
 
 Works with every Slurm since 21.08: `squeue --json` when it works, else a fixed
@@ -23,7 +24,8 @@ from slurm_gpu.models import SlurmJob
 from slurm_gpu.slurm import sacctmgr, scontrol, squeue
 from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
 from slurm_gpu.slurm.sacctmgr import Association
-from slurm_gpu.slurm.scontrol import NodeInfo
+from slurm_gpu.slurm.scontrol import GpuNode, NodeInfo
+from slurm_gpu.slurm.squeue import JobOwner
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,18 @@ class SlurmClient(Protocol):
 
     def ping(self) -> None:
         """Returns when slurmctld answers; raises SlurmError otherwise."""
+        ...
+
+    def gpu_nodes(self) -> list[GpuNode]:
+        """Every node's state and its configured and allocated GPUs."""
+        ...
+
+    def running_owners(self) -> dict[int, JobOwner]:
+        """{job_id: owner} of the running and completing jobs."""
+        ...
+
+    def slurm_user(self) -> str:
+        """The SlurmUser slurmctld runs as ("" when the configuration does not say)."""
         ...
 
     def admin_levels(self) -> dict[str, str]:
@@ -372,6 +386,28 @@ class CliSlurmClient:
         except SlurmError as exc:
             raise SlurmError(f"slurmctld is not responding: {exc}") from exc
         scontrol.check_ping(out)
+
+    def gpu_nodes(self) -> list[GpuNode]:
+        """`scontrol -o show node`: one GpuNode per node (CfgTRES and AllocTRES gres/gpu)."""
+        self.problems = []
+        found, problems = scontrol.parse_node_gpus(self._run(scontrol.NODE_GPUS_ARGV))
+        self._report(problems)
+        return found
+
+    def running_owners(self) -> dict[int, JobOwner]:
+        """`squeue -h -t R,CG -o %A|%u|%a`: {job_id: JobOwner}."""
+        self.problems = []
+        owners, problems = squeue.parse_running_owners(self._run(squeue.OWNERS_ARGV))
+        self._report(problems)
+        return owners
+
+    def slurm_user(self) -> str:
+        """SlurmUser from `scontrol show config` ("SlurmUser = slurm(64030)" -> "slurm")."""
+        self.problems = []
+        user = scontrol.parse_slurm_user(self._run(scontrol.CONFIG_ARGV))
+        if user is None:
+            self._report(["scontrol show config: no SlurmUser line"])
+        return user or ""
 
 
 def _node(name: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from slurm_gpu.errors import SlurmError
+from slurm_gpu.errors import SlurmError, brief
 
 _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
@@ -37,14 +37,14 @@ def _split_top_level(text: str) -> list[str]:
         elif char == "]":
             depth -= 1
             if depth < 0:
-                raise SlurmError(f"unbalanced ']' in {_brief(text)}")
+                raise SlurmError(f"unbalanced ']' in {brief(text, 60)}")
         if char == "," and depth == 0:
             parts.append(current)
             current = ""
         else:
             current += char
     if depth != 0:
-        raise SlurmError(f"unbalanced '[' in {_brief(text)}")
+        raise SlurmError(f"unbalanced '[' in {brief(text, 60)}")
     parts.append(current)
     return [p for p in parts if p]
 
@@ -57,7 +57,7 @@ def _expand_one(item: str, budget: int) -> list[str]:
     for number, piece in enumerate(pieces):
         if number % 2 == 0:
             if "[" in piece or "]" in piece:
-                raise SlurmError(f"nested brackets in {_brief(item)}")
+                raise SlurmError(f"nested brackets in {brief(item, 60)}")
             choices.append([piece])
             continue
         ranges = [_parse_range(rng, item) for rng in piece.split(",")]
@@ -68,7 +68,7 @@ def _expand_one(item: str, budget: int) -> list[str]:
             [f"{n:0{width}d}" for start, end, width in ranges for n in range(start, end + 1)]
         )
     if count > budget:
-        raise SlurmError(f"{_brief(item)}: the list expands to more than {MAX_NAMES} names")
+        raise SlurmError(f"{brief(item, 60)}: the list expands to more than {MAX_NAMES} names")
     return ["".join(names) for names in itertools.product(*choices)]
 
 
@@ -76,13 +76,9 @@ def _parse_range(rng: str, item: str) -> tuple[int, int, int]:
     """`01-03` -> (1, 3, 2): first, last, zero-padded width (0: none)."""
     match = _RANGE.fullmatch(rng)
     if match is None:
-        raise SlurmError(f"bad range {_brief(rng)} in {_brief(item)}")
+        raise SlurmError(f"bad range {brief(rng, 60)} in {brief(item, 60)}")
     lo, hi = match.group(1), match.group(2)
     start, end = int(lo), int(hi if hi is not None else lo)
     if end < start:
-        raise SlurmError(f"bad range {_brief(rng)} in {_brief(item)}")
+        raise SlurmError(f"bad range {brief(rng, 60)} in {brief(item, 60)}")
     return start, end, len(lo) if lo.startswith("0") else 0
-
-
-def _brief(text: str) -> str:
-    return repr(text) if len(text) <= 60 else repr(text[:57] + "...")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,24 @@ FIELDS = (
     "ExitCode",
     "JobName",  # last: it may contain anything, including the delimiter and newlines
 )
+# sacct -s takes short codes too (https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES).
+STATE_CODES = {
+    "BF": "BOOT_FAIL",
+    "CA": "CANCELLED",
+    "CD": "COMPLETED",
+    "DL": "DEADLINE",
+    "F": "FAILED",
+    "NF": "NODE_FAIL",
+    "OOM": "OUT_OF_MEMORY",
+    "PD": "PENDING",
+    "PR": "PREEMPTED",
+    "R": "RUNNING",
+    "RQ": "REQUEUED",
+    "RS": "RESIZING",
+    "RV": "REVOKED",
+    "S": "SUSPENDED",
+    "TO": "TIMEOUT",
+}
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 _GPU_MODEL_TRES = re.compile(r"(?:^|,)gres/gpu:([^=,]+)=(\d+)")
 
@@ -94,6 +112,11 @@ class SacctJob:
             "end_time": self.end_time,
             "nodes": ",".join(sorted(self.nodes)) or None,
         }
+
+
+def state_name(text: str) -> str:
+    """A job state as `sacct -s` takes it, by its full name: "cd" -> "COMPLETED"."""
+    return STATE_CODES.get(text.upper(), text.upper())
 
 
 def sacct_argv(
@@ -237,8 +260,3 @@ def parse_sacct_time(text: str, tz: dt.tzinfo | None = None) -> float | None:
 def _exit_code(text: str) -> int | None:
     code, _, _signal = text.strip().partition(":")
     return int(code) if code.isdigit() else None
-
-
-def group_by_id(jobs: Iterable[SacctJob]) -> dict[int, SacctJob]:
-    """{job_id: job}; a later row for the same id (a requeued job) wins."""
-    return {job.job_id: job for job in jobs}

@@ -97,11 +97,6 @@ class Association:
     qos: tuple[str, ...] = ()
     default_qos: str = ""
 
-    @property
-    def is_account(self) -> bool:
-        """True for an account's own association (no user)."""
-        return not self.user
-
 
 def assoc_argv(user: str | None = None, account: str | None = None) -> list[str]:
     """`sacctmgr -n -P show assoc [where user=.. account=..] format=ASSOC_FIELDS`."""

@@ -1,4 +1,7 @@
-"""Pure parsers for `scontrol -d show job`, `scontrol ping` and the node listing (`sinfo`).
+r"""Pure parsers for `scontrol` and `sinfo` output: job GPU details, ping, config, nodes.
+
+They read `scontrol -d show job`, `scontrol ping`, `scontrol show config` and the node
+listings (`sinfo`; `scontrol -o show node` for GPU counts).
 
 `scontrol -d show job` is where Slurm says which GPU indices a running job holds on
 each node (https://slurm.schedmd.com/scontrol.html, "-d, --details"):
@@ -12,7 +15,7 @@ each node (https://slurm.schedmd.com/scontrol.html, "-d, --details"):
 Nodes with identical allocations share one line (`Nodes=gpu[1-2] ... GRES=gpu:1(IDX:0)`),
 and an IDX list may hold commas (`IDX:0,2-3`). JobName is printed raw at the end of the
 first line and may span lines; when the caller knows the names (from squeue) they are
-skipped exactly, so a job named "x\\n Nodes=gpu1 GRES=gpu:4(IDX:0-3)" cannot forge an
+skipped exactly, so a job named "x\n Nodes=gpu1 GRES=gpu:4(IDX:0-3)" cannot forge an
 allocation.
 """
 
@@ -22,7 +25,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from slurm_gpu.errors import SlurmError
+from slurm_gpu.errors import SlurmError, brief
 from slurm_gpu.slurm.hostlist import expand as expand_hostlist
 
 NodeGpus = tuple[tuple[str, tuple[int, ...]], ...]
@@ -41,7 +44,7 @@ _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:(),]+))?(?::(\d+))?\(IDX:([^)]*)\)")
 
 
 def parse_index_list(text: str) -> tuple[int, ...]:
-    """ "0-1,3" -> (0, 1, 3); "N/A" or "" -> ().
+    """GPU indices of an IDX list: "0-1,3" -> (0, 1, 3); "N/A" or "" -> ().
 
     Raises ValueError when malformed, SlurmError for an index above MAX_GPU_INDEX.
     """
@@ -52,20 +55,16 @@ def parse_index_list(text: str) -> tuple[int, ...]:
     for part in text.split(","):
         match = _INDEX_RANGE.fullmatch(part)
         if match is None:
-            raise ValueError(f"bad GPU index range {_brief(part)}")
+            raise ValueError(f"bad GPU index range {brief(part)}")
         lo_text, hi_text = match.group(1), match.group(2) or match.group(1)
         # Length first: int() of thousands of digits is slow, then refused.
         if max(len(lo_text), len(hi_text)) > 6 or int(hi_text) > MAX_GPU_INDEX:
-            raise SlurmError(f"GPU index range {_brief(part)} beyond index {MAX_GPU_INDEX}")
+            raise SlurmError(f"GPU index range {brief(part)} beyond index {MAX_GPU_INDEX}")
         lo, hi = int(lo_text), int(hi_text)
         if hi < lo:
-            raise ValueError(f"bad GPU index range {_brief(part)}")
+            raise ValueError(f"bad GPU index range {brief(part)}")
         indices.extend(range(lo, hi + 1))
     return tuple(indices)
-
-
-def _brief(text: str) -> str:
-    return repr(text) if len(text) <= 40 else repr(text[:37] + "...")
 
 
 def gpus_in_gres(text: str) -> tuple[int, ...]:
@@ -109,7 +108,7 @@ def parse_job_gpu_details(
     for (start, body_start, job_id), next_start in zip(starts, ends, strict=True):
         if job_id is None:
             line = text[start:body_start].split("\n", 1)[0]
-            problems.append(f"scontrol -d show job: bad JobId in {_brief(line)}; skipped")
+            problems.append(f"scontrol -d show job: bad JobId in {brief(line)}; skipped")
             continue
         if job_id in seen:
             # Twice: one of them came from a job name; neither can be trusted.
@@ -253,3 +252,87 @@ def parse_sinfo_nodes(text: str) -> tuple[list[NodeInfo], list[str]]:
             responding="*" not in raw_state,
         )
     return list(nodes.values()), problems
+
+
+# --- GPUs per node ------------------------------------------------------------------
+
+NODE_GPUS_ARGV = ["scontrol", "-o", "show", "node"]
+"""One node per line, `Key=Value` tokens; CfgTRES and AllocTRES count the node's GPUs."""
+
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu=([0-9]+)")
+_MAX_GPUS_DIGITS = 6  # a node has at most a few hundred GPUs; more digits is damage
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """A node's GPUs as `scontrol -o show node` counts them.
+
+    Attributes:
+        state: scontrol's state as printed ("MIXED", "IDLE+DRAIN", "DOWN*").
+        gpus: configured GPUs (CfgTRES `gres/gpu`; 0 when none).
+        alloc_gpus: GPUs allocated to jobs now (AllocTRES `gres/gpu`).
+    """
+
+    name: str
+    state: str
+    gpus: int
+    alloc_gpus: int
+
+
+def parse_node_gpus(text: str) -> tuple[list[GpuNode], list[str]]:
+    """GpuNodes from `NODE_GPUS_ARGV` output, in scontrol's order.
+
+    The first `Key=` of a line wins: the free text at the end of a line (Reason=...)
+    cannot override the counts before it. A line that names no node, or whose GPU count
+    is absurd, is skipped and described in the problems.
+
+    Returns:
+        (nodes, problems).
+    """
+    nodes: list[GpuNode] = []
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        values: dict[str, str] = {}
+        for token in line.split():
+            key, sep, value = token.partition("=")
+            if sep:
+                values.setdefault(key, value)
+        if "NodeName" not in values:
+            problems.append(f"scontrol show node: line {number}: no NodeName in {brief(line)}")
+            continue
+        try:
+            gpus = _gpu_count(values.get("CfgTRES", ""))
+            alloc = _gpu_count(values.get("AllocTRES", ""))
+        except ValueError as exc:
+            problems.append(f"scontrol show node: node {brief(values['NodeName'])}: {exc}")
+            continue
+        nodes.append(GpuNode(values["NodeName"], values.get("State", ""), gpus, alloc))
+    return nodes, problems
+
+
+def _gpu_count(tres: str) -> int:
+    match = _GPU_TRES.search(tres)
+    if match is None:
+        return 0
+    if len(match.group(1)) > _MAX_GPUS_DIGITS:
+        raise ValueError(f"absurd GPU count in {brief(tres)}")
+    return int(match.group(1))
+
+
+# --- configuration ------------------------------------------------------------------
+
+CONFIG_ARGV = ["scontrol", "show", "config"]
+
+
+def parse_slurm_user(text: str) -> str | None:
+    """The SlurmUser name from `scontrol show config` ("SlurmUser = slurm(64030)" -> slurm).
+
+    Returns None when no SlurmUser line is there.
+    """
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "SlurmUser":
+            return value.strip().split("(")[0]
+    return None

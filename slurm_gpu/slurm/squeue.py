@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from slurm_gpu.errors import SlurmError
+from slurm_gpu.errors import SlurmError, brief
 from slurm_gpu.models import SlurmJob
 from slurm_gpu.slurm.hostlist import expand as expand_hostlist
 from slurm_gpu.slurm.timespec import parse_elapsed
@@ -148,7 +148,7 @@ def json_number(value: Any) -> float | None:
         try:
             number = float(value)
         except OverflowError:  # an integer beyond a float's range
-            raise ValueError(f"number out of range: {_brief(value)}") from None
+            raise ValueError(f"number out of range: {brief(value)}") from None
     elif isinstance(value, str) and re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", value.strip()):
         number = float(value.strip())
     else:
@@ -156,18 +156,10 @@ def json_number(value: Any) -> float | None:
     if math.isinf(number):
         # JSON has no infinity; Python's json reads `Infinity` and `1e999` as one.
         # Slurm writes an unlimited value as {"infinite": true}, handled above.
-        raise ValueError(f"expected a finite number, got {_brief(value)}")
+        raise ValueError(f"expected a finite number, got {brief(value)}")
     if math.isnan(number) or number in (_NO_VAL, _NO_VAL + 1, _NO_VAL64, _NO_VAL64 + 1):
         return None
     return number
-
-
-def _brief(value: Any) -> str:
-    """A damaged value for a problem line: short, and never itself an error."""
-    if isinstance(value, int) and value.bit_length() > 64:
-        return f"<{value.bit_length()}-bit integer>"  # str() fails past 4300 digits
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _json_int(value: Any) -> int | None:
@@ -333,7 +325,7 @@ def parse_squeue_json(
         try:
             job, target = _job_from_json(record, tz)
         except (ValueError, TypeError) as exc:
-            label = f"job {_brief(record['job_id'])}" if "job_id" in record else f"record #{number}"
+            label = f"job {brief(record['job_id'])}" if "job_id" in record else f"record #{number}"
             result.problems.append(f"squeue --json: {label}: {exc}; skipped")
             continue
         if wanted and job.state not in wanted:
@@ -361,7 +353,7 @@ def _json_state(value: Any) -> str:
 def _job_from_json(record: Mapping[str, Any], tz: dt.tzinfo | None) -> tuple[SlurmJob, str]:
     job_id = _json_int(record.get("job_id"))
     if job_id is None or job_id <= 0:
-        raise ValueError(f"no valid job_id ({_brief(record.get('job_id'))})")
+        raise ValueError(f"no valid job_id ({brief(record.get('job_id'))})")
     state = _json_state(record.get("job_state"))
     array_job = _json_int(record.get("array_job_id")) or None
     task = _json_int(record.get("array_task_id")) if array_job else None
@@ -523,3 +515,33 @@ def with_gpus(job: SlurmJob, gpus: Sequence[tuple[str, Sequence[int]]]) -> Slurm
     order = {node: i for i, node in enumerate(job.nodes)}
     ordered = sorted(gpus, key=lambda pair: order.get(pair[0], len(order)))
     return replace(job, gpus=tuple((node, tuple(idx)) for node, idx in ordered))
+
+
+# --- who runs what --------------------------------------------------------------------
+
+OWNERS_ARGV = ["squeue", "-h", "-t", "R,CG", "-o", "%A|%u|%a"]
+"""Running and completing jobs: numeric job id (`%A`: also for array tasks and het
+components), user, account. Names and accounts hold no `|`."""
+
+
+@dataclass(frozen=True)
+class JobOwner:
+    """Whose a job is: the user who runs it and the account it is charged to."""
+
+    user: str
+    account: str
+
+
+def parse_running_owners(text: str) -> tuple[dict[int, JobOwner], list[str]]:
+    """`OWNERS_ARGV` output -> ({job_id: JobOwner}, problems); a malformed line is skipped."""
+    owners: dict[int, JobOwner] = {}
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not re.fullmatch(r"[0-9]{1,10}", parts[0]):
+            problems.append(f"squeue -o %A|%u|%a: line {number}: unparsable {brief(line)}")
+            continue
+        owners[int(parts[0])] = JobOwner(parts[1], parts[2])
+    return owners, problems

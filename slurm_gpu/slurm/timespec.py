@@ -21,6 +21,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+from slurm_gpu.units import is_known
+
 FORMS = (
     "HH:MM[:SS][AM|PM], MMDD[YY][-HH:MM[:SS]], MM.DD[.YY][-HH:MM[:SS]], "
     "MM/DD[/YY][-HH:MM[:SS]], YYYY-MM-DD[THH:MM[:SS]], today, midnight, noon, fika, "
@@ -212,7 +214,7 @@ def _brief(digits: str) -> str:
 
 def format_sacct_time(seconds: float | None, tz: dt.tzinfo | None = None) -> str:
     """A time as sacct prints it: local `YYYY-MM-DDTHH:MM:SS`, "Unknown" when unset."""
-    if seconds is None or seconds != seconds or seconds <= 0:
+    if not is_known(seconds) or seconds <= 0:
         return "Unknown"
     return (
         dt.datetime.fromtimestamp(int(seconds), tz=tz).astimezone(tz).strftime("%Y-%m-%dT%H:%M:%S")
@@ -220,8 +222,12 @@ def format_sacct_time(seconds: float | None, tz: dt.tzinfo | None = None) -> str
 
 
 def format_elapsed(seconds: float | None) -> str:
-    """Seconds as sacct's Elapsed: `[D-]HH:MM:SS` (whole seconds, truncated like Slurm)."""
-    if seconds is None or seconds != seconds:
+    """Seconds as sacct's Elapsed: `[D-]HH:MM:SS` (whole seconds, truncated like Slurm).
+
+    The one `[D-]HH:MM:SS` writer; a caller that shows a mean rounds it first (the
+    monthly page's queue waits).
+    """
+    if not is_known(seconds):
         return ""
     total = max(int(seconds), 0)
     days, rest = divmod(total, 86400)

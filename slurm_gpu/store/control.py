@@ -1,6 +1,7 @@
 """The controller's records in the store: audit log, exemptions, lease, notices, quota actions.
 
-A thin layer over `Store`'s connection handling; the tables are revision 0002.
+Runs its SQL through the `Store`'s public `reading()`/`writing()` transactions; the tables
+came with schema revision 0002. Reach it as `store.control` (built once per store).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -25,7 +26,9 @@ from slurm_gpu.store.schema import (
     notifications,
     quota_actions,
 )
-from slurm_gpu.store.store import Store
+
+if TYPE_CHECKING:  # store.py builds `Store.control` from this module
+    from slurm_gpu.store.store import Store
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,12 @@ class HistoricJob:
 
 
 class ControlStore:
-    """Controller bookkeeping on top of a Store (same database, same cluster)."""
+    """Controller bookkeeping on top of a Store (same database, same cluster).
+
+    Args:
+        store: the accounting store; use its `control` attribute rather than building
+            another.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -110,7 +118,7 @@ class ControlStore:
     ) -> list[int]:
         """Writes verdicts to the audit log (before acting); returns their ids."""
         ids: list[int] = []
-        with self.store._write(f"auditing {len(verdicts)} verdicts") as conn:
+        with self.store.writing(f"auditing {len(verdicts)} verdicts") as conn:
             for v in verdicts:
                 result = conn.execute(
                     audit_log.insert().values(
@@ -136,7 +144,7 @@ class ControlStore:
 
     def set_outcome(self, audit_id: int, outcome: str) -> None:
         """Records what acting on an audited verdict did ("done", "failed: ...")."""
-        with self.store._write("recording an action's outcome") as conn:
+        with self.store.writing("recording an action's outcome") as conn:
             conn.execute(
                 audit_log.update().where(audit_log.c.id == audit_id).values(outcome=outcome[:255])
             )
@@ -171,7 +179,7 @@ class ControlStore:
                 query = query.where(column.in_(list(values)))
         if dry_run is not None:
             query = query.where(c.dry_run == dry_run)
-        with self.store._read("reading the audit log") as conn:
+        with self.store.reading("reading the audit log") as conn:
             return [
                 AuditEntry(
                     id=r["id"],
@@ -200,7 +208,7 @@ class ControlStore:
         c = audit_log.c
         latest: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
         unique = sorted(set(targets))
-        with self.store._read("reading the latest decisions") as conn:
+        with self.store.reading("reading the latest decisions") as conn:
             for start in range(0, len(unique), 500):  # keep IN (...) lists short
                 query = (
                     sa.select(c.target, c.policy, c.action, c.details)
@@ -211,20 +219,6 @@ class ControlStore:
                 for r in conn.execute(query):
                     latest[(r.target, r.policy)] = (r.action, json.loads(r.details or "{}"))
         return latest
-
-    def first_warnings(
-        self, policy_actions: Sequence[str] = ("warn",)
-    ) -> dict[tuple[int, str], float]:
-        """{(job_id, policy): time of its first warning}: the grace clock of each job."""
-        c = audit_log.c
-        query = (
-            sa.select(c.job_id, c.policy, sa.func.min(c.time))
-            .where(c.cluster == self.cluster, c.action.in_(list(policy_actions)))
-            .where(c.job_id.is_not(None))
-            .group_by(c.job_id, c.policy)
-        )
-        with self.store._read("reading first warnings") as conn:
-            return {(int(j), str(p)): float(t) for j, p, t in conn.execute(query)}
 
     # ---- exemptions -----------------------------------------------------------------
 
@@ -241,7 +235,7 @@ class ControlStore:
         """Records an exemption; returns its id."""
         if kind not in ("job", "user", "account"):
             raise ValueError(f"exemption kind must be job, user or account, not {kind!r}")
-        with self.store._write("adding an exemption") as conn:
+        with self.store.writing("adding an exemption") as conn:
             result = conn.execute(
                 exemptions.insert().values(
                     cluster=self.cluster,
@@ -262,7 +256,7 @@ class ControlStore:
         query = sa.select(exemptions).where(c.cluster == self.cluster)
         if now is not None:
             query = query.where(c.until > now)
-        with self.store._read("reading exemptions") as conn:
+        with self.store.reading("reading exemptions") as conn:
             return [
                 ExemptionRecord(
                     r["id"],
@@ -288,7 +282,7 @@ class ControlStore:
         """
         c = controller_lease.c
         try:
-            with self.store._write("taking the controller lease") as conn:
+            with self.store.writing("taking the controller lease") as conn:
                 current = conn.execute(
                     sa.select(c.holder, c.expires_at).where(c.name == name).with_for_update()
                 ).first()
@@ -315,7 +309,7 @@ class ControlStore:
     def release_lease(self, name: str, holder: str) -> None:
         """Gives the lease up (a clean shutdown), so another controller need not wait."""
         c = controller_lease.c
-        with self.store._write("releasing the controller lease") as conn:
+        with self.store.writing("releasing the controller lease") as conn:
             conn.execute(controller_lease.delete().where(c.name == name, c.holder == holder))
 
     # ---- notifications ----------------------------------------------------------------
@@ -327,7 +321,7 @@ class ControlStore:
         then an insert, in one transaction.)
         """
         c = notifications.c
-        with self.store._write("recording a notification") as conn:
+        with self.store.writing("recording a notification") as conn:
             seen = conn.execute(
                 sa.select(c.key).where(c.cluster == self.cluster, c.key == key)
             ).first()
@@ -344,7 +338,7 @@ class ControlStore:
         """When `user` was last sent anything (per-user rate limiting)."""
         c = notifications.c
         query = sa.select(sa.func.max(c.time)).where(c.cluster == self.cluster, c.user == user)
-        with self.store._read("reading notification times") as conn:
+        with self.store.reading("reading notification times") as conn:
             value = conn.execute(query).scalar()
         return None if value is None else float(value)
 
@@ -396,7 +390,7 @@ class ControlStore:
                 .where(owner, i.period_start >= start, i.period_start < end)
             )
             scale = 1 / 3600
-        with self.store._read(f"measuring {unit} of {scope}") as conn:
+        with self.store.reading(f"measuring {unit} of {scope}") as conn:
             return float(conn.execute(query).scalar() or 0.0) * scale
 
     # ---- history ----------------------------------------------------------------------
@@ -425,7 +419,7 @@ class ControlStore:
             )
             .order_by(j.start_time, j.job_id)
         )
-        with self.store._read("reading job history") as conn:
+        with self.store.reading("reading job history") as conn:
             return [
                 HistoricJob(
                     int(r.job_id),
@@ -446,7 +440,7 @@ class ControlStore:
     def quota_actions(self) -> list[QuotaAction]:
         """Everything the quota policy set and has not undone."""
         query = sa.select(quota_actions).where(quota_actions.c.cluster == self.cluster)
-        with self.store._read("reading quota actions") as conn:
+        with self.store.reading("reading quota actions") as conn:
             return [
                 QuotaAction(
                     r["scope"],
@@ -460,7 +454,7 @@ class ControlStore:
 
     def record_quota_action(self, action: QuotaAction) -> None:
         """Remembers a quota action so it can be undone later."""
-        with self.store._write("recording a quota action") as conn:
+        with self.store.writing("recording a quota action") as conn:
             conn.execute(
                 insert_ignore(self.store.dialect, quota_actions).values(
                     cluster=self.cluster,
@@ -475,7 +469,7 @@ class ControlStore:
     def forget_quota_action(self, scope: str, action: str, target: str) -> None:
         """The action was undone."""
         c = quota_actions.c
-        with self.store._write("forgetting an undone quota action") as conn:
+        with self.store.writing("forgetting an undone quota action") as conn:
             conn.execute(
                 quota_actions.delete().where(
                     c.cluster == self.cluster,

@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import operator
 from collections.abc import Mapping
 from typing import Any
 
-from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+)
 
 Row = dict[str, Any]
 
 INTERVAL_FIELDS = tuple(f.name for f in dataclasses.fields(GpuInterval))
 SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(JobGpuSummary))
-_interval_values = operator.attrgetter(*INTERVAL_FIELDS)
+ACTIVITY_FIELDS = tuple(f.name for f in dataclasses.fields(GpuActivity))
 
 # Jobs-row columns a hook event can fill; the rest (job_name, submit_time...) come from Slurm.
 JOB_COLUMNS = (
@@ -60,11 +66,6 @@ def interval_to_row(interval: GpuInterval) -> Row:
     return row
 
 
-def interval_to_tuple(interval: GpuInterval) -> tuple[Any, ...]:
-    """A GpuInterval as a positional row in `INTERVAL_FIELDS` order (the fast ingest path)."""
-    return (*_interval_values(interval)[:-1], pids_to_text(interval.unallocated_pids))
-
-
 def row_to_interval(row: Mapping[Any, Any]) -> GpuInterval:
     """Inverse of `interval_to_row`."""
     values = {name: row[name] for name in INTERVAL_FIELDS}
@@ -82,6 +83,18 @@ def summary_to_row(summary: JobGpuSummary, cluster: str) -> Row:
 def row_to_summary(row: Mapping[Any, Any]) -> JobGpuSummary:
     """Inverse of `summary_to_row` (the cluster column is dropped)."""
     return JobGpuSummary(**{name: row[name] for name in SUMMARY_FIELDS})
+
+
+def activity_to_row(activity: GpuActivity, cluster: str) -> Row:
+    """A GpuActivity as a `gpu_activity` row of `cluster`."""
+    row = {name: getattr(activity, name) for name in ACTIVITY_FIELDS}
+    row["cluster"] = cluster
+    return row
+
+
+def row_to_activity(row: Mapping[Any, Any]) -> GpuActivity:
+    """Inverse of `activity_to_row` (the cluster column is dropped)."""
+    return GpuActivity(**{name: row[name] for name in ACTIVITY_FIELDS})
 
 
 def device_to_row(node: str, device: GpuDevice, seen_at: float) -> Row:

@@ -1,5 +1,7 @@
-"""Per-dialect SQL: native insert-or-ignore and upsert, an hour-floor expression, and
-binary result rows on psycopg for the reports' bulk reads.
+"""Per-dialect SQL and connection setup.
+
+Native insert-or-ignore and upsert, an hour-floor expression, binary result rows on
+psycopg for the reports' bulk reads, and SQLite's WAL and BEGIN IMMEDIATE.
 
 SQLite and PostgreSQL: `INSERT ... ON CONFLICT DO NOTHING / DO UPDATE`.
 MySQL/MariaDB: `INSERT IGNORE` (its affected-rows count excludes skipped duplicates, so the
@@ -122,3 +124,35 @@ def binary_bulk_rows(engine: sa.Engine) -> None:
                 cursor.connection.execute("SET LOCAL jit = off")
 
     sa.event.listen(engine, "before_cursor_execute", binary)
+
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+WRITE = "slurm_gpu_write"
+"""Execution option of a connection that will write: SQLite begins it with BEGIN IMMEDIATE."""
+
+
+def sqlite_transactions(engine: sa.Engine) -> None:
+    """Set up SQLite connections: WAL, a busy timeout, BEGIN IMMEDIATE for writes.
+
+    A connection with the `WRITE` execution option begins with BEGIN IMMEDIATE, so two
+    writers queue instead of deadlocking on a lock upgrade.
+    """
+    sa.event.listen(engine, "connect", _sqlite_connect)
+    sa.event.listen(engine, "begin", _sqlite_begin)
+
+
+def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+    # WAL: readers never block the writer; busy_timeout: a second writer waits, not fails.
+    # https://www.sqlite.org/wal.html  https://www.sqlite.org/pragma.html#pragma_busy_timeout
+    # isolation_level None hands BEGIN to _sqlite_begin (SQLAlchemy's documented recipe).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    write = conn.get_execution_options().get(WRITE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from slurm_gpu.store.dialect import hour_floor
+from slurm_gpu.store.dialect import hour_floor, upsert
 from slurm_gpu.store.schema import gpu_intervals, gpu_intervals_hourly
 
 KEY = ("node", "gpu_uuid", "hour_start", "job_id")
@@ -169,3 +169,40 @@ def row_to_hourly(row: Mapping[Any, Any]) -> GpuHourly:
 
 
 HOURLY_COLUMNS = tuple(c.name for c in gpu_intervals_hourly.columns)
+
+
+def fold(conn: sa.Connection, dialect: str, older_than: float) -> tuple[int, int, int]:
+    """Fold the intervals with period_start < older_than into hourly rows, then delete them.
+
+    In the caller's transaction: `Store.rollup_and_prune` retries it when the counts
+    differ (an interval arrived between the fold and the delete).
+
+    Returns:
+        (hourly rows written, intervals deleted, intervals folded).
+    """
+    groups = [normalize(r) for r in conn.execute(aggregate_query(older_than)).mappings()]
+    if not groups:
+        return 0, 0, 0
+    h = gpu_intervals_hourly.c
+    first = min(g["hour_start"] for g in groups)
+    last = max(g["hour_start"] for g in groups)
+    existing = {
+        tuple(r[k] for k in KEY): r
+        for r in (
+            normalize(m)
+            for m in conn.execute(
+                sa.select(gpu_intervals_hourly).where(h.hour_start.between(first, last))
+            ).mappings()
+        )
+    }
+    merged = []
+    for group in groups:
+        key = tuple(group[k] for k in KEY)
+        old = existing.get(key)
+        merged.append(merge(old, group) if old is not None else group)
+    update = [c for c in HOURLY_COLUMNS if c not in KEY]
+    conn.execute(upsert(dialect, gpu_intervals_hourly, update), merged)
+    deleted = conn.execute(
+        sa.delete(gpu_intervals).where(gpu_intervals.c.period_start < older_than)
+    ).rowcount
+    return len(merged), int(deleted), sum(g["interval_count"] for g in groups)

@@ -53,7 +53,7 @@ jobs = sa.Table(
 )
 sa.Index(None, jobs.c.start_time)
 # Reports select a period by end_time >= since (a month of a year-long store); see
-# store/usage.py `_window` and migration 0003.
+# store/queries.py `_window` and migration 0003.
 sa.Index(None, jobs.c.end_time)
 sa.Index(None, jobs.c.user)
 sa.Index(None, jobs.c.account)

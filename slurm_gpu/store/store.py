@@ -8,6 +8,7 @@ password. Ingest is idempotent: re-sending a batch stores nothing twice.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,14 @@ from slurm_gpu.models import (
     JobGpuSummary,
 )
 from slurm_gpu.store import convert, rollup
-from slurm_gpu.store.dialect import binary_bulk_rows, insert_ignore, upsert
+from slurm_gpu.store.control import ControlStore
+from slurm_gpu.store.dialect import (
+    WRITE,
+    binary_bulk_rows,
+    insert_ignore,
+    sqlite_transactions,
+    upsert,
+)
 from slurm_gpu.store.rollup import GpuHourly
 from slurm_gpu.store.schema import (
     gpu_activity,
@@ -42,13 +50,10 @@ from slurm_gpu.store.schema import (
     job_gpus,
     jobs,
 )
+from slurm_gpu.store.urls import DEFAULT_DRIVERS, EXTRAS, describe_url
 
 MIGRATIONS = "slurm_gpu.store:migrations"
 VERSION_TABLE = "slurm_gpu_alembic_version"
-# A bare `postgresql://` or `mysql://` URL gets the driver slurm-gpu ships with.
-DEFAULT_DRIVERS = {"postgresql": "psycopg", "mysql": "pymysql", "mariadb": "pymysql"}
-EXTRAS = {"postgresql": "postgresql", "mysql": "mariadb", "mariadb": "mariadb"}
-SQLITE_BUSY_TIMEOUT_MS = 30_000
 ROLLUP_ATTEMPTS = 3
 
 
@@ -62,27 +67,6 @@ class InventoryEntry:
     last_seen: float
 
 
-def describe_url(url: sa.URL) -> str:
-    """`backend://host:port/database` of a URL: what error messages show (no user/password)."""
-    if url.get_backend_name() == "sqlite":
-        return f"sqlite:///{url.database or ':memory:'}"
-    host = url.host or "localhost"
-    port = f":{url.port}" if url.port else ""
-    return f"{url.get_backend_name()}://{host}{port}/{url.database or ''}"
-
-
-def url_secrets(url: str) -> tuple[bool, Path | None]:
-    """What of a store URL gives access to the data: whether it carries a password, and
-    its SQLite database file (None: another backend, in memory, or not a valid URL)."""
-    try:
-        parsed = sa.make_url(url)
-    except (sa.exc.ArgumentError, ValueError):
-        return False, None
-    database = parsed.database
-    is_file = parsed.get_backend_name() == "sqlite" and bool(database) and database != ":memory:"
-    return bool(parsed.password), Path(database) if is_file and database else None
-
-
 def _short(exc: BaseException) -> str:
     # DBAPIError's str() carries the SQL and (unless hidden) its parameters: show the driver's
     # own message instead, first line only.
@@ -93,6 +77,11 @@ def _short(exc: BaseException) -> str:
 
 class Store:
     """The accounting store.
+
+    Its methods are the accounting operations, each one transaction. Code beside it in
+    this package (`queries`, `control`) runs its own SQL through `reading()` and
+    `writing()`, which give the same transactions and error messages; `control` is
+    the controller's bookkeeping in the same database.
 
     Args:
         url: SQLAlchemy URL: `sqlite:///PATH`, `postgresql[+psycopg]://...`,
@@ -130,8 +119,7 @@ class Store:
         self.dialect = self.engine.dialect.name
         self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
         if self.dialect == "sqlite":
-            sa.event.listen(self.engine, "connect", _sqlite_connect)
-            sa.event.listen(self.engine, "begin", _sqlite_begin)
+            sqlite_transactions(self.engine)
         binary_bulk_rows(self.engine)
 
     # ------------------------------------------------------------------ plumbing
@@ -147,29 +135,67 @@ class Store:
             raise StoreError(f"store {self.where}: {what} failed: {message}") from None
 
     @contextlib.contextmanager
-    def _write(self, what: str) -> Iterator[sa.Connection]:
-        """One write transaction (BEGIN IMMEDIATE on SQLite: no lock upgrade deadlocks)."""
+    def writing(self, what: str) -> Iterator[sa.Connection]:
+        """One write transaction: committed when the block ends, rolled back on an error.
+
+        SQLite begins it with BEGIN IMMEDIATE, so two writers queue instead of
+        deadlocking on a lock upgrade.
+
+        Args:
+            what: the operation, for the error message ("adding 5 GPU intervals").
+
+        Yields:
+            The connection, inside its transaction.
+
+        Raises:
+            StoreError: any SQLAlchemy, DBAPI or Alembic failure in the block, naming the
+                database and `what` (never the password).
+        """
         with self._errors(what), self.engine.connect() as conn:
-            conn.execution_options(slurm_gpu_write=True)
+            conn.execution_options(**{WRITE: True})
             with conn.begin():
                 yield conn
 
     @contextlib.contextmanager
-    def _read(self, what: str) -> Iterator[sa.Connection]:
+    def reading(self, what: str) -> Iterator[sa.Connection]:
+        """One read transaction: every query in the block sees the same database state.
+
+        Args:
+            what: the operation, for the error message ("reading jobs").
+
+        Yields:
+            The connection, inside its transaction.
+
+        Raises:
+            StoreError: as for `writing`.
+        """
         with self._errors(what), self.engine.connect() as conn, conn.begin():
             yield conn
+
+    @functools.cached_property
+    def control(self) -> ControlStore:
+        """The controller's records in this store (audit log, exemptions, lease...), built once."""
+        return ControlStore(self)
 
     def _sqlite_file(self) -> bool:
         database = self.engine.url.database
         return self.dialect == "sqlite" and bool(database) and database != ":memory:"
 
     def dispose(self) -> None:
-        """Close every pooled connection."""
+        """Close every pooled connection (the store stays usable: it reconnects on use)."""
         self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        """The store itself: `with Store(url) as store:` disposes it at the end."""
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Dispose of the pooled connections."""
+        self.dispose()
 
     def ping(self) -> None:
         """Raise StoreError unless the database answers `SELECT 1`."""
-        with self._read("ping") as conn:
+        with self.reading("ping") as conn:
             conn.execute(sa.text("SELECT 1"))
 
     # ------------------------------------------------------------------ schema
@@ -193,7 +219,7 @@ class Store:
                 raise StoreError(
                     f"store {self.where}: cannot create its directory: {exc}"
                 ) from None
-        with self._write(f"schema upgrade to {revision}") as conn:
+        with self.writing(f"schema upgrade to {revision}") as conn:
             alembic.command.upgrade(self._alembic_config(conn), revision)
 
     def current_revision(self) -> str | None:
@@ -201,7 +227,7 @@ class Store:
         database = self.engine.url.database
         if self._sqlite_file() and not Path(database or "").exists():
             return None  # not created yet; connecting would create an empty file
-        with self._read("reading the schema revision") as conn:
+        with self.reading("reading the schema revision") as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
 
@@ -227,7 +253,7 @@ class Store:
         if not rows:
             return 0
         params = [convert.interval_to_row(row) for row in rows]
-        with self._write(f"adding {len(rows)} GPU intervals") as conn:
+        with self.writing(f"adding {len(rows)} GPU intervals") as conn:
             return self._insert_ignore(conn, gpu_intervals, params)
 
     def _insert_ignore(
@@ -295,7 +321,7 @@ class Store:
             query = query.where(t.period_end > since)
         if until is not None:
             query = query.where(t.period_start < until)
-        with self._read("reading GPU intervals") as conn:
+        with self.reading("reading GPU intervals") as conn:
             return [convert.row_to_interval(r) for r in conn.execute(query).mappings()]
 
     def hourly(
@@ -320,7 +346,7 @@ class Store:
             query = query.where(t.hour_start >= since)
         if until is not None:
             query = query.where(t.hour_start < until)
-        with self._read("reading hourly rollups") as conn:
+        with self.reading("reading hourly rollups") as conn:
             return [rollup.row_to_hourly(r) for r in conn.execute(query).mappings()]
 
     def rollup_and_prune(self, older_than: float) -> tuple[int, int]:
@@ -339,8 +365,8 @@ class Store:
             (hourly rows written, intervals deleted).
         """
         for _ in range(ROLLUP_ATTEMPTS):
-            with self._write("rolling up GPU intervals") as conn:
-                written, deleted, folded = self._rollup(conn, older_than)
+            with self.writing("rolling up GPU intervals") as conn:
+                written, deleted, folded = rollup.fold(conn, self.dialect, older_than)
                 if deleted == folded:
                     return written, deleted
                 conn.rollback()
@@ -348,36 +374,6 @@ class Store:
             f"store {self.where}: rolling up GPU intervals failed: intervals kept arriving "
             f"for the pruned range ({ROLLUP_ATTEMPTS} attempts)"
         )
-
-    def _rollup(self, conn: sa.Connection, older_than: float) -> tuple[int, int, int]:
-        groups = [
-            rollup.normalize(r) for r in conn.execute(rollup.aggregate_query(older_than)).mappings()
-        ]
-        if not groups:
-            return 0, 0, 0
-        h = gpu_intervals_hourly.c
-        first = min(g["hour_start"] for g in groups)
-        last = max(g["hour_start"] for g in groups)
-        existing = {
-            tuple(r[k] for k in rollup.KEY): r
-            for r in (
-                rollup.normalize(m)
-                for m in conn.execute(
-                    sa.select(gpu_intervals_hourly).where(h.hour_start.between(first, last))
-                ).mappings()
-            )
-        }
-        merged = []
-        for group in groups:
-            key = tuple(group[k] for k in rollup.KEY)
-            old = existing.get(key)
-            merged.append(rollup.merge(old, group) if old is not None else group)
-        update = [c for c in rollup.HOURLY_COLUMNS if c not in rollup.KEY]
-        conn.execute(upsert(self.dialect, gpu_intervals_hourly, update), merged)
-        deleted = conn.execute(
-            sa.delete(gpu_intervals).where(gpu_intervals.c.period_start < older_than)
-        ).rowcount
-        return len(merged), int(deleted), sum(g["interval_count"] for g in groups)
 
     # ------------------------------------------------------------------ jobs
 
@@ -395,7 +391,7 @@ class Store:
         if not events:
             return 0
         cluster = self.cluster
-        with self._write(f"adding {len(events)} job events") as conn:
+        with self.writing(f"adding {len(events)} job events") as conn:
             new = self._insert_ignore(
                 conn,
                 job_events,
@@ -472,7 +468,7 @@ class Store:
         if not rows:
             return
         j = jobs.c
-        with self._write(f"upserting {len(rows)} jobs") as conn:
+        with self.writing(f"upserting {len(rows)} jobs") as conn:
             ids = sorted({int(r["job_id"]) for r in rows})
             stored = {
                 r["job_id"]: dict(r)
@@ -494,7 +490,7 @@ class Store:
     def job(self, job_id: int) -> dict[str, Any] | None:
         """The `jobs` row of `job_id` in this store's cluster, or None."""
         j = jobs.c
-        with self._read(f"reading job {job_id}") as conn:
+        with self.reading(f"reading job {job_id}") as conn:
             row = (
                 conn.execute(sa.select(jobs).where(j.cluster == self.cluster, j.job_id == job_id))
                 .mappings()
@@ -510,7 +506,7 @@ class Store:
             .where(g.cluster == self.cluster, g.job_id == job_id)
             .order_by(g.node, g.slurm_index)
         )
-        with self._read(f"reading GPUs of job {job_id}") as conn:
+        with self.reading(f"reading GPUs of job {job_id}") as conn:
             return [dict(r) for r in conn.execute(query).mappings()]
 
     # ------------------------------------------------------------------ summaries
@@ -524,7 +520,7 @@ class Store:
         if not rows:
             return 0
         update = [n for n in convert.SUMMARY_FIELDS if n not in ("job_id", "node", "gpu_uuid")]
-        with self._write(f"adding {len(rows)} job GPU summaries") as conn:
+        with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
             conn.execute(
                 upsert(self.dialect, job_gpu_summaries, update),
                 [convert.summary_to_row(r, self.cluster) for r in rows],
@@ -539,7 +535,7 @@ class Store:
             .where(s.cluster == self.cluster, s.job_id == job_id)
             .order_by(s.node, s.gpu_uuid)
         )
-        with self._read(f"reading summaries of job {job_id}") as conn:
+        with self.reading(f"reading summaries of job {job_id}") as conn:
             return [convert.row_to_summary(r) for r in conn.execute(query).mappings()]
 
     # ------------------------------------------------------------------ inventory
@@ -552,7 +548,7 @@ class Store:
         stmt = upsert(
             self.dialect, gpu_inventory, update, keep_min=["first_seen"], keep_max=["last_seen"]
         )
-        with self._write(f"updating the GPU inventory of {node}") as conn:
+        with self.writing(f"updating the GPU inventory of {node}") as conn:
             conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
 
     def inventory(self, node: str | None = None) -> list[InventoryEntry]:
@@ -561,7 +557,7 @@ class Store:
         query = sa.select(gpu_inventory).order_by(i.node, i.nvml_index, i.uuid)
         if node is not None:
             query = query.where(i.node == node)
-        with self._read("reading the GPU inventory") as conn:
+        with self.reading("reading the GPU inventory") as conn:
             return [
                 InventoryEntry(r["node"], convert.row_to_device(r), r["first_seen"], r["last_seen"])
                 for r in conn.execute(query).mappings()
@@ -586,26 +582,8 @@ class Store:
             "process_count",
         )
         stmt = upsert(self.dialect, gpu_activity, fields, keep_max=("last_active",))
-        with self._write(f"adding {len(rows)} GPU activity rows") as conn:
-            conn.execute(
-                stmt,
-                [
-                    {
-                        "cluster": self.cluster,
-                        "job_id": r.job_id,
-                        "node": r.node,
-                        "gpu_uuid": r.gpu_uuid,
-                        "slurm_index": r.slurm_index,
-                        "start": r.start,
-                        "last_reading": r.last_reading,
-                        "last_active": r.last_active,
-                        "util_recent_percent": r.util_recent_percent,
-                        "mem_used_bytes": r.mem_used_bytes,
-                        "process_count": r.process_count,
-                    }
-                    for r in rows
-                ],
-            )
+        with self.writing(f"adding {len(rows)} GPU activity rows") as conn:
+            conn.execute(stmt, [convert.activity_to_row(r, self.cluster) for r in rows])
         return len(rows)
 
     def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
@@ -616,47 +594,17 @@ class Store:
             if not job_ids:
                 return []
             query = query.where(a.job_id.in_(list(job_ids)))
-        with self._read("reading GPU activity") as conn:
-            return [
-                GpuActivity(
-                    job_id=r["job_id"],
-                    node=r["node"],
-                    gpu_uuid=r["gpu_uuid"],
-                    slurm_index=r["slurm_index"],
-                    start=r["start"],
-                    last_reading=r["last_reading"],
-                    last_active=r["last_active"],
-                    util_recent_percent=r["util_recent_percent"],
-                    mem_used_bytes=r["mem_used_bytes"],
-                    process_count=r["process_count"],
-                )
-                for r in conn.execute(query.order_by(a.job_id, a.node, a.slurm_index)).mappings()
-            ]
+        with self.reading("reading GPU activity") as conn:
+            ordered = query.order_by(a.job_id, a.node, a.slurm_index)
+            return [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
 
     def forget_activity(self, job_ids: Sequence[int]) -> None:
         """Drop finished jobs' activity rows (their summaries now hold the record)."""
         if job_ids:
-            with self._write("removing finished jobs' activity") as conn:
+            with self.writing("removing finished jobs' activity") as conn:
                 conn.execute(
                     gpu_activity.delete().where(
                         gpu_activity.c.cluster == self.cluster,
                         gpu_activity.c.job_id.in_(list(job_ids)),
                     )
                 )
-
-
-def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
-    # WAL: readers never block the writer; busy_timeout: a second writer waits, not fails.
-    # https://www.sqlite.org/wal.html  https://www.sqlite.org/pragma.html#pragma_busy_timeout
-    # isolation_level None hands BEGIN to _sqlite_begin (SQLAlchemy's documented recipe).
-    dbapi_conn.isolation_level = None
-    cursor = dbapi_conn.cursor()
-    cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode = WAL")
-    cursor.execute("PRAGMA synchronous = NORMAL")
-    cursor.close()
-
-
-def _sqlite_begin(conn: sa.Connection) -> None:
-    write = conn.get_execution_options().get("slurm_gpu_write", False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")

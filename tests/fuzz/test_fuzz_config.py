@@ -115,8 +115,10 @@ def load(path: Path) -> Config | ConfigError:
 @example({"node": {"active_threshold_percent": 10**400}})
 @example({"cost": {"default_price": 2**1100}})
 def test_schema_documents_give_config_or_config_error(document: dict[str, Any]) -> None:
-    """parse_settings on any document over the schema's keys: a Config or a ConfigError
-    whose every line names the source."""
+    """parse_settings on any document over the schema's keys: a Config or a ConfigError.
+
+    Every line of the error names the source.
+    """
     try:
         config = parse_settings(Config, document, "fuzz.toml")
     except ConfigError as exc:
@@ -128,8 +130,7 @@ def test_schema_documents_give_config_or_config_error(document: dict[str, Any]) 
 @fuzz(150)
 @given(schema_documents())
 def test_schema_documents_as_files_give_config_or_config_error(document: dict[str, Any]) -> None:
-    """The same documents written as TOML files: read_config gives a Config or a
-    ConfigError naming the file."""
+    """The same documents written as TOML files: a Config or a ConfigError naming the file."""
     with config_file(toml_document(document).encode()) as path:
         result = load(path)
         if isinstance(result, ConfigError):
@@ -141,8 +142,10 @@ def test_schema_documents_as_files_give_config_or_config_error(document: dict[st
 @example(b"\xff\xfe")
 @example(b"[node]\ninterval = ")
 def test_random_bytes_file_gives_config_error(data: bytes) -> None:
-    """A file of random bytes: defaults (when it happens to be an empty document) or a
-    ConfigError naming the file, never a traceback."""
+    """A file of random bytes: defaults or a ConfigError naming the file, never a traceback.
+
+    Defaults when the bytes happen to be an empty document.
+    """
     with config_file(data) as path:
         result = load(path)
         if isinstance(result, ConfigError):
@@ -153,8 +156,10 @@ def test_random_bytes_file_gives_config_error(data: bytes) -> None:
 @given(mutated([EXAMPLE.read_text()]))
 @example("[node]\nactive_threshold_percent = " + "9" * 400 + "\n")
 def test_mutated_example_config_gives_config_or_config_error(text: str) -> None:
-    """conf/slurm-gpu.toml with lines deleted, duplicated, swapped, truncated or junk
-    inserted: a Config or a ConfigError naming the file."""
+    """A mutated conf/slurm-gpu.toml gives a Config or a ConfigError naming the file.
+
+    Mutations: lines deleted, duplicated, swapped, truncated, or junk inserted.
+    """
     with config_file(text.encode("utf-8", errors="surrogatepass")) as path:
         result = load(path)
         if isinstance(result, ConfigError):

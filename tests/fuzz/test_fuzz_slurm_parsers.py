@@ -19,11 +19,22 @@ from hypothesis import strategies as st
 from slurm_gpu.errors import ConfigError, SlurmError
 from slurm_gpu.slurm.gres import parse_gres_conf
 from slurm_gpu.slurm.hostlist import expand
+from slurm_gpu.slurm.jobid import parse_job_id
 from slurm_gpu.slurm.runner import SlurmCommands
 from slurm_gpu.slurm.sacct import parse_sacct
 from slurm_gpu.slurm.sacctmgr import parse_admin_levels, parse_associations, parse_coordinators
-from slurm_gpu.slurm.scontrol import parse_job_gpu_details, parse_sinfo_nodes
-from slurm_gpu.slurm.squeue import SqueueResult, parse_squeue_format, parse_squeue_json
+from slurm_gpu.slurm.scontrol import (
+    parse_job_gpu_details,
+    parse_node_gpus,
+    parse_sinfo_nodes,
+    parse_slurm_user,
+)
+from slurm_gpu.slurm.squeue import (
+    SqueueResult,
+    parse_running_owners,
+    parse_squeue_format,
+    parse_squeue_json,
+)
 from tests.fuzz.strategies import (
     SACCT_DATA,
     SLURM_DATA,
@@ -49,6 +60,10 @@ SINFO = seeds(
     SLURM_DATA / "sinfo-draining.txt",
     HANDMADE / "sinfo-variants.txt",
 )
+NODE_GPUS = seeds(SLURM_DATA / "scontrol-o-show-node-22.05.txt")
+OWNERS = seeds(SLURM_DATA / "squeue-owners-22.05.txt")
+SHOW_CONFIG = ["ClusterName             = testbed\nSlurmUser               = slurm(64030)\n"]
+JOB_IDS = ["123", "272_3", "272_[2-3%1]", "273+0", "273+1.batch", "275.extern", "279_0.0"]
 ASSOC = seeds(
     SLURM_DATA / "sacctmgr-show-assoc.txt",
     SLURM_DATA / "sacctmgr-show-assoc-limits.txt",
@@ -83,8 +98,10 @@ def _squeue_seed_records() -> list[dict[str, Any]]:
     '{"jobs": [{"job_id": 5, "array_job_id": 1e999, "job_state": "RUNNING", "user_name": "a"}]}'
 )
 def test_squeue_json_with_damaged_fields(text: str) -> None:
-    """squeue --json with fields replaced by random JSON values: a SqueueResult (bad
-    records skipped and described) or a SlurmError."""
+    """squeue --json with fields replaced by random JSON values: a result or a SlurmError.
+
+    The SqueueResult has the bad records skipped and described.
+    """
     try:
         result = parse_squeue_json(text)
     except SlurmError:
@@ -136,6 +153,45 @@ def test_sinfo_nodes_any_text(text: str) -> None:
     nodes, problems = parse_sinfo_nodes(text)
     assert all(node.name for node in nodes)
     assert all(isinstance(p, str) for p in problems)
+
+
+@fuzz(200)
+@given(mutated(NODE_GPUS))
+@example("NodeName=gpu1 CfgTRES=gres/gpu=" + "9" * 5000 + "\n")
+def test_scontrol_show_node_any_text(text: str) -> None:
+    """scontrol -o show node, damaged: (GPU counts per node, problems), never an exception."""
+    nodes, problems = parse_node_gpus(text)
+    assert all(node.name and node.gpus >= 0 and node.alloc_gpus >= 0 for node in nodes)
+    assert all(isinstance(p, str) for p in problems)
+
+
+@fuzz(100)
+@given(mutated(OWNERS))
+@example("²|alice|physics\n")
+def test_squeue_owners_any_text(text: str) -> None:
+    """squeue -o %A|%u|%a, damaged: ({job: owner}, problems), never an exception."""
+    owners, problems = parse_running_owners(text)
+    assert all(job >= 0 for job in owners)
+    assert all(isinstance(p, str) for p in problems)
+
+
+@fuzz(100)
+@given(mutated(SHOW_CONFIG))
+def test_show_config_any_text(text: str) -> None:
+    """scontrol show config, damaged: a user name or None, never an exception."""
+    assert parse_slurm_user(text) is None or isinstance(parse_slurm_user(text), str)
+
+
+@fuzz(200)
+@given(mutated(JOB_IDS))
+@example("1" * 5000)
+def test_job_id_any_text(text: str) -> None:
+    """A damaged job id: taken apart (its printed form reads back the same) or a ValueError."""
+    try:
+        job = parse_job_id(text)
+    except ValueError:
+        return
+    assert job == parse_job_id(str(job))
 
 
 @fuzz(200)
@@ -204,9 +260,12 @@ def test_hostlist_any_text(text: str) -> None:
 
 
 def test_hostlist_expansion_is_bounded() -> None:
-    """Nested ranges cannot multiply past the one-range cap (100000 names): a hostlist
-    such as n[0-999][0-999] is refused, not expanded to a million names (a hostile or
-    mistyped node list must not exhaust memory; n[0-99999][0-99999] would try 10^10)."""
+    """Nested ranges cannot multiply past the one-range cap (100000 names).
+
+    A hostlist such as n[0-999][0-999] is refused, not expanded to a million names (a
+    hostile or mistyped node list must not exhaust memory; n[0-99999][0-99999] would try
+    10^10).
+    """
     try:
         names = expand("n[0-999][0-999]")
     except SlurmError:
@@ -218,8 +277,10 @@ def test_hostlist_expansion_is_bounded() -> None:
 @given(st.binary(max_size=64))
 @example(b"\xff\xfeJobId=1 JobName=caf\xe9\n")
 def test_runner_output_in_any_encoding(output: bytes) -> None:
-    """A Slurm command printing bytes that are not UTF-8 (a job name in Latin-1):
-    SlurmCommands returns text or raises SlurmError, never UnicodeDecodeError."""
+    """A Slurm command printing bytes that are not UTF-8 is text or a SlurmError.
+
+    A job name in Latin-1 never makes SlurmCommands raise UnicodeDecodeError.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "out").write_bytes(output)
         script = Path(tmp) / "squeue"

@@ -3,9 +3,10 @@
 Hook files (`events/`, `bindings/`) are parsed into models or rejected with a
 HookFileError; read_events/read_bindings never raise on a bad file: it is skipped while
 young and quarantined once older than the grace period, so nothing is lost and nothing
-blocks the files behind it. Outbox payloads that do not decode are a SpoolError (a
-SlurmGpuError the shipper's retry loop handles), never a bare KeyError/TypeError/
-JSONDecodeError that kills the shipping thread.
+blocks the files behind it. Outbox payloads that do not decode are an OutboxError
+(the one error the shipper moves a row to quarantine for), never a bare KeyError/
+TypeError/JSONDecodeError that kills the shipping thread, nor another error that the
+shipper would retry forever.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.hookfiles import (
     HookFileError,
@@ -28,7 +28,7 @@ from slurm_gpu.node.hookfiles import (
     read_bindings,
     read_events,
 )
-from slurm_gpu.node.spool import decode_event, decode_interval, decode_summary
+from slurm_gpu.node.outbox import OutboxError, decode_event, decode_interval, decode_summary
 from tests.fuzz.strategies import TOKENS, fuzz, json_values, mutated_json
 
 KEYS = (
@@ -128,8 +128,10 @@ def test_parse_binding_gives_binding_or_hook_file_error(content: bytes, name: st
 @given(EVENT_FILES)
 @example({"42.started.1": b"job_id=\xc2\xb2\nend=1\n"})
 def test_read_events_quarantines_bad_files_and_loses_none(files: dict[str, bytes]) -> None:
-    """read_events past the grace period: every file is returned as an event or moved
-    to .quarantine/, none raises, none disappears."""
+    """read_events past the grace period: every file is returned or quarantined.
+
+    Each is an event or moved to .quarantine/; none raises, none disappears.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         node_dir = Path(tmp) / "gpu1"
         _write(node_dir / "events", files)
@@ -142,8 +144,10 @@ def test_read_events_quarantines_bad_files_and_loses_none(files: dict[str, bytes
 @fuzz(60)
 @given(EVENT_FILES)
 def test_read_events_skips_young_bad_files(files: dict[str, bytes]) -> None:
-    """Within the grace period a bad event file is skipped and left in place (the
-    hook may still be writing it)."""
+    """Within the grace period a bad event file is skipped and left in place.
+
+    The hook may still be writing it.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         node_dir = Path(tmp) / "gpu1"
         _write(node_dir / "events", files)
@@ -237,7 +241,7 @@ def _decodes_or_clear_error(index: int, payload: str) -> None:
     decoder, model, _ = DECODERS[index]
     try:
         decoded = decoder(payload)
-    except SlurmGpuError:
+    except OutboxError:
         return
     assert isinstance(decoded, model)
 
@@ -257,8 +261,10 @@ def test_outbox_payloads_round_trip() -> None:
 @example((1, '{"kind": "bogus"}'))
 @example((2, "[]"))
 def test_corrupted_outbox_payload_is_a_clear_error(case: tuple[int, str]) -> None:
-    """An outbox payload with fields removed or replaced: its model or a SlurmGpuError
-    (SpoolError), never KeyError/TypeError/AttributeError."""
+    """An outbox payload with fields removed or replaced: its model or an OutboxError.
+
+    Never KeyError/TypeError/AttributeError.
+    """
     _decodes_or_clear_error(*case)
 
 
@@ -267,6 +273,8 @@ def test_corrupted_outbox_payload_is_a_clear_error(case: tuple[int, str]) -> Non
 @example(0, "{")
 @example(1, "null")
 def test_garbage_outbox_payload_is_a_clear_error(index: int, payload: str) -> None:
-    """An outbox payload that is not the model's JSON at all (truncated, another type):
-    a SlurmGpuError (SpoolError), never JSONDecodeError or TypeError."""
+    """An outbox payload that is not the model's JSON at all: an OutboxError.
+
+    Truncated, or another type: never JSONDecodeError or TypeError.
+    """
     _decodes_or_clear_error(index, payload)

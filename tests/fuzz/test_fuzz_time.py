@@ -76,8 +76,10 @@ TIME_TEXT = st.one_of(
 @example("uts²")
 @example("now+" + "9" * 5000)
 def test_parse_time_gives_seconds_or_error_naming_the_option(text: str) -> None:
-    """parse_time on any text: finite POSIX seconds, or a ValueError whose message
-    starts with the option's name (never OverflowError or a bare int() message)."""
+    """parse_time on any text: finite POSIX seconds, or a ValueError naming the option.
+
+    Never an OverflowError or a bare int() message.
+    """
     try:
         seconds = parse_time(text, NOW, argument=ARGUMENT)
     except ValueError as exc:
@@ -107,8 +109,10 @@ DURATION_PIECES = st.sampled_from(
 @example("٣h")
 @example(10**400)
 def test_parse_duration_gives_seconds_or_value_error(value: str | int | float) -> None:
-    """parse_duration on any text or number: finite non-negative seconds, or a
-    ValueError that says what was given."""
+    """parse_duration on any text or number: finite seconds >= 0, or a ValueError.
+
+    The ValueError says what was given.
+    """
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
@@ -120,8 +124,10 @@ def test_parse_duration_gives_seconds_or_value_error(value: str | int | float) -
 @fuzz(50)
 @given(st.one_of(st.none(), st.booleans(), st.lists(st.integers(), max_size=2)))
 def test_parse_duration_rejects_other_types_with_type_error(value: object) -> None:
-    """A value that is neither text nor a number (a TOML boolean or array) is a
-    TypeError, as documented; the config loader checks types before calling it."""
+    """A value neither text nor a number (a TOML boolean or array) is a TypeError.
+
+    As documented; the config loader checks types before calling it.
+    """
     try:
         parse_duration(value)  # type: ignore[arg-type]
     except TypeError as exc:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from slurm_gpu.config import load_config
+from slurm_gpu.store import Store
 from tests.integration.testbed import TestBed
 
 
@@ -13,6 +16,15 @@ from tests.integration.testbed import TestBed
 def testbed() -> TestBed:
     """The test-bed cluster, brought up once per session (or the one already up)."""
     return TestBed.up()
+
+
+@pytest.fixture(scope="module")
+def store(testbed: TestBed) -> Iterator[Store]:
+    """The test bed's accounting store, as its slurm-gpu.toml names it."""
+    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
+    testbed_store = Store(config.store.url, cluster=config.cluster.name)
+    yield testbed_store
+    testbed_store.dispose()
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ lease_seconds = 30
 
 [policy.idle_gpu]
 enabled = {idle_enabled}
-threshold_percent = 5
 warn_after = "15s"
 cancel_after = "35s"
 memory_only_is_idle = {memory_only_is_idle}
@@ -103,6 +102,7 @@ def controllers(testbed: TestBed, config: Path, count: int = 1) -> Iterator[None
 
 
 def audit_of(control: ControlStore, job: int) -> list[AuditEntry]:
+    """The audit log's entries about one job."""
     return control.audit_entries(job_ids=[job])
 
 

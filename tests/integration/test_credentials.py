@@ -1,5 +1,6 @@
-"""Store credentials readable by root and the slurm-gpu group only; users get the setgid
-command (wrapper/slurm-gpu.c), which sees them as who they are.
+"""Store credentials readable by root and the slurm-gpu group only.
+
+Users get the setgid command (wrapper/slurm-gpu.c), which sees them as who they are.
 
 The fixture installs the users' command the way an admin would
 (scripts/install-user-command) for a config whose store is the test bed's PostgreSQL,
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 
 from slurm_gpu.config import load_config
+from slurm_gpu.slurm.jobid import JobId, parse_job_id
 from slurm_gpu.store import Store
 from tests.integration.testbed import TestBed, wait_summaries
 
@@ -90,10 +92,13 @@ def as_user(
     )
 
 
-def gpu_hours_by_job(output: str) -> dict[int, tuple[str, float]]:
-    """`sacct -P -o JobID,User,GPUHours` rows: {job: (user, GPU-hours)}."""
+def gpu_hours_by_job(output: str) -> dict[JobId, tuple[str, float]]:
+    """`sacct -P -o JobID,User,GPUHours` rows: {job: (user, GPU-hours)}.
+
+    The bed may hold other runs' jobs in any of Slurm's id forms (`8+0`, `12_3`).
+    """
     rows = [line.split("|") for line in output.strip().splitlines()[1:]]
-    return {int(job): (user, float(hours or 0)) for job, user, hours in rows}
+    return {parse_job_id(job): (user, float(hours or 0)) for job, user, hours in rows}
 
 
 def test_config_and_command_modes(locked: dict[str, Any]) -> None:
@@ -118,14 +123,16 @@ def test_user_cannot_read_the_credentials(testbed: TestBed, locked: dict[str, An
 def test_user_command_reads_the_store_as_the_real_user(
     testbed: TestBed, locked: dict[str, Any]
 ) -> None:
-    """Through the users' command alice sees her job, with GPU-hours from PostgreSQL,
-    and not bob's; root sees both."""
+    """Through the users' command alice sees her job, and not bob's; root sees both.
+
+    The GPU-hours come from PostgreSQL.
+    """
     argv = [str(locked["command"]), "sacct", "-a", "-S", "now-1days", "-P"]
     argv += ["-o", "JobID,User,GPUHours"]
     alice = as_user(testbed, "alice", *argv)
     assert 0 == alice.returncode, alice.stderr
     rows = gpu_hours_by_job(alice.stdout)
-    jobs = locked["jobs"]
+    jobs = {user: JobId(job) for user, job in locked["jobs"].items()}
     assert {user for user, _ in rows.values()} == {"alice"}
     assert jobs["alice"] in rows and rows[jobs["alice"]][1] > 0
     root = subprocess.run(argv, capture_output=True, text=True, check=False, env=testbed.env)
@@ -147,9 +154,11 @@ def test_user_command_refuses_admin_commands(testbed: TestBed, locked: dict[str,
 def test_user_environment_runs_no_code_with_the_group(
     testbed: TestBed, locked: dict[str, Any]
 ) -> None:
-    """PYTHONPATH with a sitecustomize, PYTHONSTARTUP, LD_PRELOAD and a config of alice's
-    own are all ignored: the command still runs, on the installed config, and no code of
-    hers ran with the slurm-gpu group."""
+    """The user's environment runs no code of hers with the slurm-gpu group.
+
+    PYTHONPATH with a sitecustomize, PYTHONSTARTUP, LD_PRELOAD and a config of alice's own
+    are all ignored: the command still runs, on the installed config.
+    """
     evil = locked["base"] / "evil"
     evil.mkdir(mode=0o777)
     evil.chmod(0o777)

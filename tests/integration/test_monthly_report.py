@@ -24,7 +24,7 @@ import pytest
 
 from slurm_gpu.config import load_config
 from slurm_gpu.store import Store
-from slurm_gpu.store import usage as store_usage
+from slurm_gpu.store import queries as store_usage
 from tests.integration.testbed import TestBed
 
 pytestmark = pytest.mark.slurm

@@ -14,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from email.message import Message
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -115,7 +115,8 @@ def test_admins_get_the_unallocated_use_report(node_scenario: dict[str, Any]) ->
     (report,) = [m for m in inbox if "unallocated_use" in m["Subject"]]
     assert report["Subject"].endswith("unallocated_use: report (node:gpu2)")
     assert "admins@testbed.local" in report["X-Rcpt-To"]
-    body = report.get_payload(decode=True).decode()
+    # A single-part message: decode=True gives its body as bytes.
+    body = cast(bytes, report.get_payload(decode=True)).decode()
     assert f"Process {node_scenario['stray']} uses GPU-" in body
     assert "on gpu2 without a Slurm allocation." in body
 

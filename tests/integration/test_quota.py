@@ -1,5 +1,8 @@
-"""GPU-hour quotas on the test bed: over budget, physics' pending jobs are held (or the
-account blocked); bio's jobs still start; raising the budget undoes everything."""
+"""GPU-hour quotas on the test bed.
+
+Over budget, physics' pending jobs are held (or the account blocked); bio's jobs still
+start; raising the budget undoes everything.
+"""
 
 from __future__ import annotations
 

@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from slurm_gpu.config import load_config
 from slurm_gpu.slurm.admin_comment import parse_token
 from slurm_gpu.store import Store
 from tests.integration.testbed import TestBed, wait_summaries
 
 INTERVAL = 5.0  # node.interval in the test bed's slurm-gpu.toml
-
-
-@pytest.fixture(scope="module")
-def store(testbed: TestBed) -> Store:
-    """The test bed's accounting store (SQLite, the embedded default)."""
-    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
-    return Store(config.store.url, cluster=config.cluster.name)
 
 
 def elapsed_seconds(text: str) -> float:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from slurm_gpu.config import load_config
 from slurm_gpu.store import Store
 from tests.integration.testbed import TestBed
 
@@ -47,15 +46,6 @@ def config_file(testbed: TestBed) -> Iterator[Path]:
     path.chmod(0o644)
     yield path
     path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="module")
-def store(testbed: TestBed) -> Iterator[Store]:
-    """The test bed's accounting store."""
-    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
-    s = Store(config.store.url, cluster=config.cluster.name)
-    yield s
-    s.dispose()
 
 
 def wait_summaries(store: Store, job_id: int, gpus: int, timeout: float = 120) -> None:
@@ -143,8 +133,11 @@ def price(model: str) -> float:
 def test_sacct_matches_the_workload(
     testbed: TestBed, config_file: Path, workload: dict[str, Any]
 ) -> None:
-    """GPU-hours within an agent interval, utilization within 3 points, cost to the cent,
-    queue wait within a second of sacct's Start - Submit."""
+    """Each job's figures agree with Slurm's and the simulated load's.
+
+    GPU-hours within an agent interval, utilization within 3 points, cost to the cent,
+    queue wait within a second of sacct's Start - Submit.
+    """
     rows = sacct_json(testbed, config_file, workload)
     for name, job_id in workload["jobs"].items():
         user, account, gpus, _, util = WORKLOAD[name]

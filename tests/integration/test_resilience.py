@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -53,8 +54,19 @@ def pg_ctl(testbed: TestBed, action: str) -> None:
     )
 
 
+class Scenario(TypedDict):
+    """What both fault scenarios left behind, for the tests to check."""
+
+    pg_store: Store
+    sqlite_store: Store
+    outage: list[JobGpuSummary]
+    killed: list[JobGpuSummary]
+    outage_window: tuple[float, float]
+    killed_at: float
+
+
 @pytest.fixture(scope="module")
-def scenario(testbed: TestBed) -> dict[str, object]:
+def scenario(testbed: TestBed) -> Scenario:
     """Runs both fault scenarios once; tests then read what the stores hold."""
     pg_url = testbed.env["SLURM_GPU_TEST_PG_URL"]
     base = (testbed.state_dir / "etc" / "slurm-gpu.toml").read_text()
@@ -114,27 +126,27 @@ def scenario(testbed: TestBed) -> dict[str, object]:
     }
 
 
-def test_store_outage_loses_and_duplicates_nothing(scenario: dict[str, object]) -> None:
+def test_store_outage_loses_and_duplicates_nothing(scenario: Scenario) -> None:
     """After a 2-minute store outage, every second of the job is stored exactly once."""
     store = scenario["pg_store"]
     assert isinstance(store, Store)
-    for summary in scenario["outage"]:  # type: ignore[attr-defined]
+    for summary in scenario["outage"]:
         rows = job_intervals(store, summary)
         covered = sum(r.covered_seconds for r in rows)
         assert (summary.missing, abs(covered - summary.gpu_seconds) <= 1.0) == (False, True)
         # contiguous and non-overlapping: each interval starts where the last ended
         gaps = [b.period_start - a.period_end for a, b in itertools.pairwise(rows)]
         assert [g for g in gaps if abs(g) > 1e-6] == []
-        down_at, up_at = scenario["outage_window"]  # type: ignore[misc]
+        down_at, up_at = scenario["outage_window"]
         assert any(down_at <= r.period_start <= up_at for r in rows)
         assert summary.util_mean_percent is not None and abs(summary.util_mean_percent - 60) <= 3
 
 
-def test_agent_killed_gap_is_missing_not_idle(scenario: dict[str, object]) -> None:
+def test_agent_killed_gap_is_missing_not_idle(scenario: Scenario) -> None:
     """SIGKILL + restart 30 s later: the gap is flagged missing, the mean stays true."""
     store = scenario["sqlite_store"]
     assert isinstance(store, Store)
-    (summary,) = scenario["killed"]  # type: ignore[misc]
+    (summary,) = scenario["killed"]
     rows = job_intervals(store, summary)
     covered = sum(r.covered_seconds for r in rows)
     assert summary.missing

@@ -248,3 +248,30 @@ def test_admin_levels_and_coordinators(client: CliSlurmClient) -> None:
         levels["alice"],
         True,
     )
+
+
+def test_gpu_nodes_and_running_owners_see_a_running_job(
+    testbed: TestBed, client: CliSlurmClient, cancel_after: list[int]
+) -> None:
+    """A running 2-GPU job of alice: its owner is known, its node counts it as allocated.
+
+    Other tests may hold GPUs at the same time, so the node's count is at least 2.
+    """
+    job = testbed.submit("alice", "--gres=gpu:2", "-t", "3", wrap="sleep 90")
+    cancel_after.append(job)
+    testbed.wait_state(job, {"RUNNING"}, timeout=180)
+    node = testbed.sacct(job, "NodeList")["NodeList"]
+    counts = {n.name: (n.gpus, n.alloc_gpus) for n in client.gpu_nodes()}
+    owner = client.running_owners()[job]
+    assert ({"gpu1", "gpu2"}, 4, True, ("alice", "physics"), []) == (
+        set(counts),
+        counts[node][0],
+        counts[node][1] >= 2,
+        (owner.user, owner.account),
+        client.problems,
+    )
+
+
+def test_slurm_user_is_the_bed_slurm_user(client: CliSlurmClient) -> None:
+    """slurm_user(): the test bed's slurmctld runs as `slurm`."""
+    assert ("slurm", []) == (client.slurm_user(), client.problems)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any, cast
 
 from tests.integration.testbed import LAUNCHER, TestBed
 
@@ -27,17 +28,23 @@ for i in range(pynvml.nvmlDeviceGetCount()):
 """
 
 
-def read_gpus(testbed: TestBed) -> dict[str, list[dict[str, int]]]:
+def read_node_gpus(testbed: TestBed, node: str) -> list[dict[str, Any]]:
+    """Every GPU of `node`: one READ_ALL_GPUS dict each, in NVML order."""
+    # testbed.nvml returns whatever JSON the snippet made; READ_ALL_GPUS makes this shape.
+    return cast("list[dict[str, Any]]", testbed.nvml(node, READ_ALL_GPUS))
+
+
+def read_gpus(testbed: TestBed) -> dict[str, list[dict[str, Any]]]:
     """Every GPU of both nodes, by node name."""
-    return {node: testbed.nvml(node, READ_ALL_GPUS) for node in ("gpu1", "gpu2")}  # type: ignore[misc]
+    return {node: read_node_gpus(testbed, node) for node in ("gpu1", "gpu2")}
 
 
 def wait_for_load(testbed: TestBed, node: str, minors: set[int], timeout: float = 30) -> None:
     """Waits until gpu-load has registered a process on every GPU in `minors`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        gpus = testbed.nvml(node, READ_ALL_GPUS)
-        if all(g["pids"] for g in gpus if g["minor"] in minors):  # type: ignore[index,union-attr,attr-defined]
+        gpus = read_node_gpus(testbed, node)
+        if all(g["pids"] for g in gpus if g["minor"] in minors):
             return
         time.sleep(0.5)
     raise AssertionError(f"gpu-load never registered on {node} GPUs {sorted(minors)}")
@@ -227,13 +234,13 @@ def test_gpu_load_pid_gone_releases_gpus(testbed: TestBed, cancel_after: list[in
     testbed.wait_state(job, {"RUNNING"})
     node, indices = testbed.job_gpus(job)
     wait_for_load(testbed, node, set(indices))
-    gpus = testbed.nvml(node, READ_ALL_GPUS)
-    (pid,) = next(g["pids"] for g in gpus if g["minor"] == indices[0])  # type: ignore[index,union-attr,attr-defined]
+    gpus = read_node_gpus(testbed, node)
+    (pid,) = next(g["pids"] for g in gpus if g["minor"] == indices[0])
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
-        gpus = testbed.nvml(node, READ_ALL_GPUS)
-        if not any(g["pids"] for g in gpus):  # type: ignore[index,union-attr,attr-defined]
+        gpus = read_node_gpus(testbed, node)
+        if not any(g["pids"] for g in gpus):
             break
         time.sleep(0.5)
-    assert [g["pids"] for g in gpus] == [[]] * 4  # type: ignore[index,union-attr,attr-defined]
+    assert [g["pids"] for g in gpus] == [[]] * 4

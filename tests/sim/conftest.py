@@ -57,6 +57,7 @@ class Node:
 
     @property
     def dir(self) -> Path:
+        """The node's sim-nvml directory."""
         return self.root / NODE
 
     def nvml(
@@ -79,7 +80,7 @@ class Node:
             check=True,
             timeout=120,
         )
-        results = json.loads(done.stdout)
+        results: list[Any] = json.loads(done.stdout)
         if init:
             assert results[0] is None, f"nvmlInit failed: {results[0]}"
             return results[1:]
@@ -87,9 +88,11 @@ class Node:
 
     def devices(self) -> list[dict[str, Any]]:
         """Every field of every device, in NVML enumeration order."""
-        return self.nvml([{"op": "devices"}])[0]
+        devices: list[dict[str, Any]] = self.nvml([{"op": "devices"}])[0]
+        return devices
 
     def by_minor(self) -> dict[int, dict[str, Any]]:
+        """Every device's fields, by the minor number of its device file."""
         return {d["minor"]: d for d in self.devices()}
 
     def start_load(self, slurm_gpus: str, *args: str) -> subprocess.Popen[str]:
@@ -115,6 +118,7 @@ class Node:
         return proc
 
     def stop_all(self) -> None:
+        """Kills the gpu-load processes still running and reaps them all."""
         for proc in self.loads:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
@@ -152,6 +156,7 @@ def node(tmp_path: Path, libdir: Path) -> Iterator[Node]:
 
 
 def wait_exit(proc: subprocess.Popen[str], timeout: float = 10) -> int:
+    """Waits for a gpu-load to exit, then a second more; returns its exit status."""
     rc = proc.wait(timeout=timeout)
     time.sleep(1.1)  # utilization is the mean over the last second
     return rc

@@ -63,6 +63,7 @@ def to_json(value: Any) -> Any:
 
 
 def guarded(fn: Any, *args: Any) -> Any:
+    """fn(*args) as JSON, or {"error": NVMLError subclass name} when NVML raises."""
     try:
         return to_json(fn(*args))
     except pynvml.NVMLError as exc:
@@ -70,6 +71,7 @@ def guarded(fn: Any, *args: Any) -> Any:
 
 
 def snapshot() -> list[dict[str, Any]]:
+    """Every field of DEVICE_FIELDS for every device, in enumeration order."""
     handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
     return [{key: guarded(fn, h) for key, fn in DEVICE_FIELDS.items()} for h in handles]
 
@@ -123,6 +125,7 @@ def sampler(index: int, seconds: float) -> dict[str, Any]:
 
 
 def run(op: dict[str, Any]) -> Any:
+    """The JSON result of one op ({"op": "devices"}, {"op": "call", "fn": ...}, ...)."""
     kind = op["op"]
     if kind == "init":
         return guarded(pynvml.nvmlInit)
@@ -153,6 +156,7 @@ def run(op: dict[str, Any]) -> Any:
 
 
 def main() -> None:
+    """Runs the JSON list of ops on stdin and prints their results as one JSON list."""
     ops = json.load(sys.stdin)
     print(json.dumps([run(op) for op in ops]))
 

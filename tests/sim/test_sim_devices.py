@@ -145,7 +145,7 @@ def test_process_count_query_with_null_buffer(node: Node) -> None:
 
 def test_graphics_processes_are_empty(node: Node) -> None:
     """The simulated GPUs run no graphics contexts."""
-    expected = [[]]
+    expected: list[list[object]] = [[]]
     assert expected == node.nvml(
         [{"op": "call", "fn": "nvmlDeviceGetGraphicsRunningProcesses", "index": 0}]
     )
@@ -204,7 +204,7 @@ def test_cleared_fault_reads_normally(node: Node) -> None:
     """After `fault ... clear` the GPU reads normally again."""
     sim_gpu("fault", "--dir", str(node.dir), "--gpu", "minor:1", "lost")
     sim_gpu("fault", "--dir", str(node.dir), "--gpu", "minor:1", "clear")
-    expected = [{}, {}, {}, {}]
+    expected: list[dict[str, str]] = [{}, {}, {}, {}]
     assert expected == [errors(d) for d in node.devices()]
 
 
@@ -250,8 +250,8 @@ def test_calls_before_init_are_uninitialized(node: Node) -> None:
             {"op": "call", "fn": "nvmlSystemGetDriverVersion"},
         ]
     )
-    expected = {"error": "NVMLError_Uninitialized"}
-    expected = [[expected], [None, expected, expected]]
+    uninitialized = {"error": "NVMLError_Uninitialized"}
+    expected = [[uninitialized], [None, uninitialized, uninitialized]]
     assert expected == [before, after]
 
 

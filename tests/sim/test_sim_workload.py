@@ -21,6 +21,7 @@ GRES_FILES = ["/dev/null", "/dev/ptmx", "/dev/tty", "/dev/console"]
 
 
 def gres_files_available() -> bool:
+    """Whether GRES_FILES exist here with the minors 3, 2, 0, 1 the tests rely on."""
     try:
         minors = [os.minor(os.stat(f).st_rdev) for f in GRES_FILES]
         return minors == [3, 2, 0, 1]
@@ -33,7 +34,7 @@ def readings(node: Node) -> dict[int, tuple[int, list[list[int]], int]]:
     return {m: (d["util"], d["procs"], d["mem_used"]) for m, d in node.by_minor().items()}
 
 
-IDLE = (0, [], 0)
+IDLE: tuple[int, list[list[int]], int] = (0, [], 0)
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +138,8 @@ def test_samples_average_to_true_mean(spiky: dict[str, Any]) -> None:
 def test_samples_are_whole_seconds_after_last_seen(spiky: dict[str, Any]) -> None:
     """Sample timestamps are consecutive whole seconds (us), all after lastSeenTimeStamp."""
     stamps = [t for t, _ in spiky["samples"]]
-    expected = [spiky["last_seen"] + (i + 1) * 1_000_000 for i in range(len(stamps))]
-    expected = (1, expected)
+    expected_stamps = [spiky["last_seen"] + (i + 1) * 1_000_000 for i in range(len(stamps))]
+    expected = (1, expected_stamps)
     assert expected == (spiky["value_type"], stamps)
 
 
@@ -189,7 +190,8 @@ def write_ended_plans(node: Node, minor: int, created: float, count: int) -> Non
 def busy_energy_mj(node: Node, minor: int, created: float) -> float:
     """Energy above idle: total energy minus idle power times age."""
     ((t, energy),) = node.nvml([{"op": "timed_energy", "index": ORDER.index(minor)}])
-    return energy - IDLE_MW * (t - created)
+    busy: float = energy - IDLE_MW * (t - created)
+    return busy
 
 
 def test_old_history_is_compacted_without_changing_energy(tmp_path: Path, libdir: Path) -> None:

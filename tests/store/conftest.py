@@ -3,6 +3,8 @@
 PostgreSQL and MariaDB come from the test bed (docker/slurm-cluster/local-cluster up) or
 from $SLURM_GPU_TEST_PG_URL / $SLURM_GPU_TEST_MARIADB_URL. An unreachable server fails the
 test with the URL to check: CI starts the servers, so a skip would hide a broken backend.
+Their parameters carry the `db` marker, so `-m "not db"` runs the SQLite ones only and
+needs no server.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from slurm_gpu.store import Store
+
 PG_URL = os.environ.get(
     "SLURM_GPU_TEST_PG_URL",
     "postgresql+psycopg://slurmgpu:slurmgpu-testbed@127.0.0.1:15432/slurm_gpu",
@@ -23,7 +27,12 @@ MARIADB_URL = os.environ.get(
     "SLURM_GPU_TEST_MARIADB_URL",
     "mysql+pymysql://slurmgpu:slurmgpu-testbed@127.0.0.1:13306/slurm_gpu",
 )
-BACKENDS = ("sqlite", "postgresql", "mariadb")
+# The server backends are marked `db`: they need PostgreSQL / MariaDB running.
+BACKENDS = (
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.db),
+    pytest.param("mariadb", marks=pytest.mark.db),
+)
 
 
 def _server_database(admin_url: str, env_var: str) -> Iterator[str]:
@@ -62,3 +71,12 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield from _server_database(PG_URL, "SLURM_GPU_TEST_PG_URL")
     else:
         yield from _server_database(MARIADB_URL, "SLURM_GPU_TEST_MARIADB_URL")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A Store on a fresh database of each backend, schema at head, cluster "alpha"."""
+    fresh = Store(store_url, cluster="alpha")
+    fresh.upgrade()
+    yield fresh
+    fresh.dispose()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from slurm_gpu.models import Action, Verdict
@@ -12,11 +10,9 @@ from slurm_gpu.store.control import ControlStore, QuotaAction
 
 
 @pytest.fixture
-def control(store_url: str) -> Iterator[ControlStore]:
-    store = Store(store_url, cluster="c1")
-    store.upgrade()
-    yield ControlStore(store)
-    store.dispose()
+def control(store: Store) -> ControlStore:
+    """The controller's records in a fresh store of each backend."""
+    return store.control
 
 
 def verdict(job: int, action: Action = Action.WARN) -> Verdict:
@@ -51,15 +47,6 @@ def test_audit_round_trips_and_filters(control: ControlStore) -> None:
         (r.job_id, r.action, r.outcome, r.dry_run, r.details) for r in rows
     ]
     assert [2] == [r.job_id for r in control.audit_entries(actions=["cancel"], users=["alice"])]
-
-
-def test_first_warning_is_the_grace_clock(control: ControlStore) -> None:
-    """first_warnings gives the earliest warn per job and policy."""
-    for t in (30.0, 10.0, 20.0):
-        control.audit(
-            [verdict(5)], time=t, cycle="c", controller="h", dry_run=False, outcome="done"
-        )
-    assert {(5, "idle_gpu"): 10.0} == control.first_warnings()
 
 
 def test_only_one_holder_gets_the_lease_until_it_expires(control: ControlStore) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import socket
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -19,20 +18,10 @@ from click.testing import CliRunner
 from slurm_gpu.cli.db import db
 from slurm_gpu.errors import StoreError
 from slurm_gpu.models import GpuDevice, GpuInterval, JobEvent, JobEventKind, JobGpuSummary
-from slurm_gpu.store import Store
-from slurm_gpu.store import usage as store_usage
+from slurm_gpu.store import Store, queries
 from slurm_gpu.store.schema import ALL_TABLES, metadata
 
 T0 = 1_700_000_000.0  # 2023-11-14T22:13:20Z, 13 min 20 s past an hour
-
-
-@pytest.fixture
-def store(store_url: str) -> Iterator[Store]:
-    """A Store on a fresh database, schema at head, cluster "alpha"."""
-    s = Store(store_url, cluster="alpha")
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 def interval(
@@ -262,8 +251,11 @@ def test_inventory_keeps_first_seen_and_latest_last_seen(store: Store) -> None:
 
 
 def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
-    """The reports' bulk reads (binary rows on psycopg; node, GPU and model, or user,
-    account and partition, joined into one text, NULL as "") give the stored values."""
+    """The reports' bulk reads give the stored values.
+
+    Binary rows on psycopg; node, GPU and model, or user, account and partition, joined
+    into one text, NULL as "".
+    """
     store.upsert_jobs(
         [
             {"job_id": 42, "user": "alice", "account": "physics", "partition": "gpu",
@@ -272,8 +264,8 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
         ]
     )  # fmt: skip
     store.add_summaries([summary(37.25, node="gpu2"), summary(12.125)])
-    sep = store_usage.JOIN_SEPARATOR
-    jobs = store_usage.job_rows_in_window(
+    sep = queries.JOIN_SEPARATOR
+    jobs = queries.job_rows_in_window(
         store, T0, T0 + 7200, columns=("job_id", "owner", "submit_time", "end_time", "gpus")
     )
     assert [
@@ -281,7 +273,7 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
         (43, sep.join(("", "bio", "")), None, T0 + 10.0, None),
     ] == jobs
     columns = ("job_id", "node_model", "gpu_seconds", "util_mean_percent", "mem_max_bytes")
-    rows = store_usage.summary_rows_in_window(store, T0, T0 + 7200, columns=columns, ordered=False)
+    rows = queries.summary_rows_in_window(store, T0, T0 + 7200, columns=columns, ordered=False)
     gpu = sep.join(("{}", "NVIDIA A100-SXM4-80GB"))
     assert [
         (42, gpu.format("gpu1"), 3600.5, 12.125, None),
@@ -290,7 +282,7 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
 
     # The same reads straight into numpy (month reports): NULL is NaN in a number field.
     dtype = np.dtype([("job_id", "i8"), ("owner", "O"), ("submit_time", "f8"), ("gpus", "f8")])
-    array = np.sort(store_usage.job_array_in_window(store, T0, T0 + 7200, dtype), order="job_id")
+    array = np.sort(queries.job_array_in_window(store, T0, T0 + 7200, dtype), order="job_id")
     assert [42, 43] == array["job_id"].tolist()
     assert [sep.join(("alice", "physics", "gpu")), sep.join(("", "bio", ""))] == list(
         array["owner"]
@@ -298,18 +290,18 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
     assert T0 - 60.25 == array["submit_time"][0] and np.isnan(array["submit_time"][1])
     assert 2.0 == array["gpus"][0] and np.isnan(array["gpus"][1])
     dtype = np.dtype([("job_id", "i8"), ("node_model", "O"), ("util_mean_percent", "f8")])
-    array = store_usage.summary_array_in_window(store, T0, T0 + 7200, (42, 43), dtype)
+    array = queries.summary_array_in_window(store, T0, T0 + 7200, (42, 43), dtype)
     assert [(42, gpu.format("gpu1"), 12.125), (42, gpu.format("gpu2"), 37.25)] == sorted(
         array.tolist()
     )
-    assert {"gpu1": 1, "gpu2": 1} == store_usage.gpus_used_on(
+    assert {"gpu1": 1, "gpu2": 1} == queries.gpus_used_on(
         store, ["gpu1", "gpu2", "gpu9"], T0, T0 + 7200
     )
     a = GpuDevice("GPU-a", "NVIDIA A100", 0, 0, "00000000:07:00.0", None)
     b = GpuDevice("GPU-b", "NVIDIA A100", 1, 1, "00000000:0F:00.0", None)
     store.upsert_inventory("gpu1", [a, b], T0)
     store.upsert_inventory("gpu2", [a], T0)
-    assert {"gpu1": 2, "gpu2": 1} == store_usage.gpus_per_node(store)
+    assert {"gpu1": 2, "gpu2": 1} == queries.gpus_per_node(store)
 
 
 # ---------------------------------------------------------------------- rollup
@@ -317,14 +309,14 @@ def test_report_bulk_reads_give_the_stored_values(store: Store) -> None:
 
 def totals(rows: list[GpuInterval]) -> dict[str, float]:
     """What a rollup must preserve, computed from intervals."""
-    with_util = [r for r in rows if r.util_mean_percent is not None]
+    pairs = [(r.util_mean_percent, r.covered_seconds) for r in rows]
+    util = [(mean, seconds) for mean, seconds in pairs if mean is not None]
     return {
         "gpu_seconds": sum(r.period_end - r.period_start for r in rows),
         "covered": sum(r.covered_seconds for r in rows),
         "active": sum(r.active_seconds for r in rows),
         "energy": sum(r.energy_joules or 0.0 for r in rows),
-        "util": sum(r.util_mean_percent * r.covered_seconds for r in with_util)  # type: ignore[operator]
-        / sum(r.covered_seconds for r in with_util),
+        "util": sum(mean * seconds for mean, seconds in util) / sum(s for _, s in util),
         "count": len(rows),
     }
 

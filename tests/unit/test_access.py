@@ -2,37 +2,39 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from slurm_gpu.access import Caller, current_caller, resolve_scope
 from slurm_gpu.errors import SlurmError
+from slurm_gpu.slurm.client import CliSlurmClient
+from slurm_gpu.slurm.sacctmgr import ADMIN_LEVEL_ARGV, COORDINATOR_ARGV
+from slurm_gpu.testing import FakeRunner
 
 LEVELS = "alice|None\nbob|None\ncarol|None\nop|Operator\nroot|Administrator\n"
 COORDS = "bio|\nphysics|carol\nroot|\n"
 CONFIG = "ClusterName             = testbed\nSlurmUser               = slurm(64030)\n"
 
 
-class FakeSlurm:
-    """Answers sacctmgr/scontrol like the test bed; records what was asked."""
+def fake_runner(fail: bool = False) -> FakeRunner:
+    """Answers sacctmgr/scontrol like the test bed; `fail`: slurmdbd cannot be reached."""
+    runner = FakeRunner(
+        {
+            ("scontrol",): CONFIG,
+            tuple(ADMIN_LEVEL_ARGV): LEVELS,
+            tuple(COORDINATOR_ARGV): COORDS,
+        }
+    )
+    if fail:
+        runner.outage = SlurmError("sacctmgr: cannot reach slurmdbd")
+    return runner
 
-    def __init__(self, fail: bool = False) -> None:
-        self.calls: list[list[str]] = []
-        self.fail = fail
 
-    def __call__(self, argv: Sequence[str]) -> str:
-        self.calls.append(list(argv))
-        if self.fail:
-            raise SlurmError("sacctmgr: cannot reach slurmdbd")
-        if argv[0] == "scontrol":
-            return CONFIG
-        if "AdminLevel" in argv[-1]:
-            return LEVELS
-        return COORDS
+def slurm(runner: FakeRunner | None = None) -> CliSlurmClient:
+    """The real client over the fake runner: access.py reads Slurm only through it."""
+    return CliSlurmClient(runner if runner is not None else fake_runner())
 
 
 def test_user_sees_own_jobs_only() -> None:
     """A plain user's scope is their own name."""
-    scope = resolve_scope(Caller(1001, "alice"), FakeSlurm())
+    scope = resolve_scope(Caller(1001, "alice"), slurm())
     assert (False, frozenset()) == (scope.all, scope.accounts)
     assert scope.sees("alice", "physics")
     assert not scope.sees("bob", "bio")
@@ -41,7 +43,7 @@ def test_user_sees_own_jobs_only() -> None:
 
 def test_coordinator_sees_account() -> None:
     """A coordinator of physics sees physics jobs, not bio ones."""
-    scope = resolve_scope(Caller(1003, "carol"), FakeSlurm())
+    scope = resolve_scope(Caller(1003, "carol"), slurm())
     assert scope.sees("alice", "physics")
     assert not scope.sees("bob", "bio")
 
@@ -49,25 +51,32 @@ def test_coordinator_sees_account() -> None:
 def test_admins() -> None:
     """root, SlurmUser, Operator/Administrator and [access] admins see all."""
     assert resolve_scope(Caller(0, "root"), None).all
-    assert resolve_scope(Caller(64030, "slurm"), FakeSlurm()).all
-    assert "AdminLevel=Operator" == resolve_scope(Caller(2000, "op"), FakeSlurm()).reason
+    assert resolve_scope(Caller(64030, "slurm"), slurm()).all
+    assert "AdminLevel=Operator" == resolve_scope(Caller(2000, "op"), slurm()).reason
     assert resolve_scope(Caller(1002, "bob"), None, admins=["bob"]).all
 
 
 def test_slurm_down_never_widens() -> None:
     """sacctmgr failing leaves a user with their own jobs."""
-    scope = resolve_scope(Caller(1003, "carol"), FakeSlurm(fail=True))
+    scope = resolve_scope(Caller(1003, "carol"), slurm(fake_runner(fail=True)))
     assert (False, frozenset()) == (scope.all, scope.accounts)
 
 
 def test_slurm_roles_off_asks_nothing() -> None:
     """[access] slurm_roles = false: no sacctmgr calls, own jobs only."""
-    slurm = FakeSlurm()
-    scope = resolve_scope(Caller(1003, "carol"), slurm, use_slurm=False)
-    assert ([], False) == (slurm.calls, scope.all)
+    runner = fake_runner()
+    scope = resolve_scope(Caller(1003, "carol"), slurm(runner), use_slurm=False)
+    assert ([], False) == (runner.calls, scope.all)
 
 
 def test_caller_is_the_real_uid() -> None:
     """The identity comes from the injected getuid (os.getuid in production)."""
     assert Caller(0, "root") == current_caller(lambda: 0)
     assert "4242424" == current_caller(lambda: 4242424).name
+
+
+def test_slurm_user_is_asked_once_from_scontrol() -> None:
+    """Without a known SlurmUser, `scontrol show config` says who it is (slurm: admin)."""
+    runner = fake_runner()
+    scope = resolve_scope(Caller(64030, "slurm"), slurm(runner))
+    assert ("SlurmUser", [["scontrol", "show", "config"]]) == (scope.reason, runner.calls)

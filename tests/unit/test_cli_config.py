@@ -15,7 +15,6 @@ from click.testing import CliRunner, Result
 from slurm_gpu import __version__
 from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.main import SlurmGpuGroup, cli
-from slurm_gpu.cli.params import duration_option
 from slurm_gpu.config import CONFIG_ENV_VAR, Config, load_config, parse_settings, render_config
 from slurm_gpu.errors import StoreError
 
@@ -219,28 +218,6 @@ def test_console_script_checks_example_config() -> None:
         check=False,
     )
     assert (0, f"config OK: {path}\n") == (proc.returncode, proc.stderr)
-
-
-@click.command()
-@click.option("--idle-for", callback=duration_option, metavar="DURATION")
-def idle_command(idle_for: float | None) -> None:
-    """Echoes the parsed --idle-for."""
-    click.echo(repr(idle_for))
-
-
-@pytest.mark.parametrize(("given", "expected"), [("1h30m", "5400.0\n"), ("600", "600.0\n")])
-def test_duration_option_parses_like_config(given: str, expected: str) -> None:
-    """duration_option turns "1h30m" or "600" into seconds for a command."""
-    result = CliRunner().invoke(idle_command, ["--idle-for", given])
-    assert (0, expected) == (result.exit_code, result.stdout)
-
-
-def test_duration_option_rejects_bad_text() -> None:
-    """A bad duration is a usage error (exit 2) naming the option."""
-    result = CliRunner().invoke(idle_command, ["--idle-for", "soon"])
-    expected = (2, True)
-    message = "Invalid value for '--idle-for': not a duration: 'soon'"
-    assert expected == (result.exit_code, message in result.stderr)
 
 
 @pytest.fixture

@@ -4,15 +4,13 @@ import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import pytest
 
 from slurm_gpu.config import (
     CONFIG_ENV_VAR,
     Config,
-    NodeSettings,
-    StoreSettings,
     describe_schema,
     doc,
     load_config,
@@ -21,8 +19,10 @@ from slurm_gpu.config import (
     read_config,
     render_config,
 )
+from slurm_gpu.config.core import NodeSettings, StoreSettings
 from slurm_gpu.durations import Duration, format_duration, parse_duration
 from slurm_gpu.errors import ConfigError
+from tests.toml_keys import commented_examples, leaf_keys
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "conf" / "slurm-gpu.toml"
@@ -505,38 +505,6 @@ def test_describe_schema_covers_array_of_tables() -> None:
 
 
 # ---------------------------------------------------------------------------- example file
-
-
-def leaf_keys(
-    table: dict[str, Any], prefix: str = "", values: frozenset[str] = frozenset()
-) -> set[str]:
-    """Dotted keys of a parsed TOML file; `values` are keys whose table is one value
-    (a `dict[str, X]` setting such as `partitions = {}`), items of arrays of tables count
-    as `array.key`."""
-    keys = set()
-    for key, value in table.items():
-        if isinstance(value, dict) and prefix + key not in values:
-            keys |= leaf_keys(value, f"{prefix}{key}.", values)
-        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            for item in value:
-                keys |= leaf_keys(item, f"{prefix}{key}.", values)
-        else:
-            keys.add(prefix + key)
-    return keys
-
-
-def commented_examples(text: str) -> dict[str, Any]:
-    """The commented-out `# [[name]]` blocks of the example, uncommented and parsed.
-
-    A [[quota]] in the file would change the defaults, so its keys are shown this way.
-    A block runs from `# [[name]]` to the first line not starting with "# ".
-    """
-    lines, inside = [], False
-    for line in text.splitlines():
-        inside = line.startswith("# [[") or (inside and line.startswith("# "))
-        if inside:
-            lines.append(line[2:])
-    return tomllib.loads("\n".join(lines))
 
 
 def test_example_config_loads_to_defaults() -> None:

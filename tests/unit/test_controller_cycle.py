@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,37 +11,28 @@ from slurm_gpu.config import Config
 from slurm_gpu.durations import Duration
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.models import GpuActivity, GpuInterval, SlurmJob
-from slurm_gpu.policy.controller import Controller
-from slurm_gpu.slurm.scontrol import NodeInfo
+from slurm_gpu.policy.controller import LEASE, Controller
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
+from slurm_gpu.testing import FakeSlurmClient
 
 T0 = 1_800_000_000.0
 
 
-class FakeSlurm:
-    """Just enough of SlurmClient; records calls and what the audit log held at each."""
+class AuditingSlurm(FakeSlurmClient):
+    """A FakeSlurmClient that also notes what the audit log held when each cancel came."""
 
     def __init__(self, control: ControlStore) -> None:
+        super().__init__()
         self.control = control
-        self.running: list[SlurmJob] = []
-        self.down = False
-        self.cancelled: list[tuple[int, list[str]]] = []
-
-    def jobs(self, states: Any = None) -> list[SlurmJob]:
-        if self.down:
-            raise SlurmError("squeue failed (exit 1): Unable to contact slurm controller")
-        return self.running
-
-    def nodes(self) -> list[NodeInfo]:
-        return []
+        self.audited_at_cancel: list[tuple[int, list[str]]] = []
 
     def cancel(self, job_ids: Iterable[int], reason: str) -> dict[int, str | None]:
         ids = list(job_ids)
         for job in ids:
             audited = [f"{e.action}:{e.outcome}" for e in self.control.audit_entries(job_ids=[job])]
-            self.cancelled.append((job, audited))
-        return dict.fromkeys(ids)
+            self.audited_at_cancel.append((job, audited))
+        return super().cancel(ids, reason)
 
 
 def config() -> Config:
@@ -61,13 +50,15 @@ def config() -> Config:
     )
 
 
+Rig = tuple[Controller, AuditingSlurm, Store, list[float]]
+"""The controller, its Slurm, its store, and the clock's time (set now[0] to move it)."""
+
+
 @pytest.fixture
-def rig(tmp_path: Path) -> tuple[Controller, FakeSlurm, Store, list[float]]:
-    store = Store(f"sqlite:///{tmp_path / 'store.db'}", cluster="c")
-    store.upgrade()
-    slurm = FakeSlurm(ControlStore(store))
+def rig(store: Store) -> Rig:
+    slurm = AuditingSlurm(store.control)
     now = [T0]
-    controller = Controller(config(), slurm, store, clock=lambda: now[0], holder="test")  # type: ignore[arg-type]
+    controller = Controller(config(), slurm, store, clock=lambda: now[0], holder="test")
     return controller, slurm, store, now
 
 
@@ -86,32 +77,40 @@ def idle_job(store: Store, now: float) -> SlurmJob:
     )
 
 
-def test_no_running_jobs_is_a_quiet_cycle(rig: tuple) -> None:
+def test_no_running_jobs_is_a_quiet_cycle(rig: Rig) -> None:
     """With nothing running, a cycle audits nothing (and does not trip on empty filters)."""
     controller, _, _, _ = rig
     report = controller.cycle(dry_run=False)
     assert ("", []) == (report.skipped, report.verdicts)
 
 
-def test_cancel_is_audited_before_slurm_is_asked(rig: tuple) -> None:
+def test_cancel_is_audited_before_slurm_is_asked(rig: Rig) -> None:
     """When scancel runs, the audit log already holds the cancel as planned."""
     controller, slurm, store, now = rig
     for step in range(0, 80, 10):
         now[0] = T0 + step
-        slurm.running = [idle_job(store, now[0])]
+        slurm.queue = [idle_job(store, now[0])]
         controller.cycle(dry_run=False)
-    (job, audited) = slurm.cancelled[0]
+    (job, audited) = slurm.audited_at_cancel[0]
     assert 7 == job
     assert "cancel:planned" in audited and "warn:recorded" in audited
 
 
-def test_slurm_down_skips_the_cycle_and_audits_nothing(rig: tuple) -> None:
+def test_slurm_down_skips_the_cycle_and_audits_nothing(rig: Rig) -> None:
     """squeue failing ends the cycle cleanly: skipped, with Slurm's message, no verdicts."""
     controller, slurm, store, _ = rig
-    slurm.down = True
+    slurm.outage = SlurmError("squeue failed (exit 1): Unable to contact slurm controller")
     report = controller.cycle(dry_run=False)
     assert "Unable to contact slurm controller" in report.skipped
-    assert [] == ControlStore(store).audit_entries()
+    assert [] == store.control.audit_entries()
+
+
+def test_release_lease_lets_another_controller_act_at_once(rig: Rig) -> None:
+    """After release_lease, a second controller takes the lease without waiting it out."""
+    controller, _, store, now = rig
+    controller.cycle(dry_run=False)
+    controller.release_lease()
+    assert store.control.acquire_lease(LEASE, "other", now=now[0] + 1, ttl=30.0)
 
 
 def stray_interval(end: float, pids: tuple[int, ...]) -> GpuInterval:
@@ -123,10 +122,12 @@ def stray_interval(end: float, pids: tuple[int, ...]) -> GpuInterval:
 
 
 def test_stray_process_is_reported_once_even_when_its_interval_arrives_late(
-    rig: tuple,
+    rig: Rig,
 ) -> None:
-    """An interval reaching the store after the cycle that covered its end is still seen;
-    a process already reported is not reported again."""
+    """An interval reaching the store after the cycle that covered its end is still seen.
+
+    A process already reported is not reported again.
+    """
     controller, _, store, now = rig
     arrivals = {
         20: [stray_interval(T0 + 15, (501,))],

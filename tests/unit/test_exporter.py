@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from slurm_gpu.cli.main import cli
 from slurm_gpu.config import Config
+from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.metrics.collector import ClusterCollector, outcome_label
 from slurm_gpu.metrics.totals import Monotonic, SettledSums
 from slurm_gpu.models import Action, GpuDevice, GpuInterval, JobGpuSummary, Verdict
-from slurm_gpu.reports.settings import CostSettings
+from slurm_gpu.slurm.client import CliSlurmClient
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
+from slurm_gpu.testing import FakeRunner, FixedClock
 
 T0 = 1_800_000_000.0
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -31,26 +32,14 @@ OWNERS = "3|alice|physics\n"
 Sample = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-class FakeSlurm:
-    """A CommandRunner answering scontrol/squeue from text; counts calls; may fail."""
-
-    def __init__(self) -> None:
-        self.calls: list[list[str]] = []
-        self.down = False
-
-    def __call__(self, argv: Sequence[str]) -> str:
-        self.calls.append(list(argv))
-        if self.down:
-            raise SlurmError("slurmctld is not responding")
-        return NODES if argv[0] == "scontrol" else OWNERS
+def fake_runner() -> FakeRunner:
+    """Answers scontrol (the nodes) and squeue (the running jobs' owners) from text."""
+    return FakeRunner({("scontrol",): NODES, ("squeue",): OWNERS})
 
 
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+def fake_slurm(runner: FakeRunner | None = None) -> CliSlurmClient:
+    """The real client over the fake runner (the collector reads Slurm through it)."""
+    return CliSlurmClient(runner if runner is not None else fake_runner())
 
 
 def interval(
@@ -98,17 +87,17 @@ def summary(job: int, gpu: str, seconds: float, end: float, active: float) -> Jo
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    """Job 1 (bob/bio) ended with a 2-hour summary; job 3 (alice/physics) runs on GPU-a
-    (busy) and GPU-b (idle): 10 minutes of intervals each."""
-    s = Store(f"sqlite:///{tmp_path}/store.db", cluster="c")
-    s.upgrade()
-    s.upsert_inventory(
+def store(store: Store) -> Store:
+    """Job 1 (bob/bio) ended with a 2-hour summary; job 3 (alice/physics) runs.
+
+    Job 3 runs on GPU-a (busy) and GPU-b (idle): 10 minutes of intervals each.
+    """
+    store.upsert_inventory(
         "gpu1",
         [GpuDevice(f"GPU-{x}", A100, i, i, f"0:{i}", 80 * 2**30) for i, x in enumerate("abcd")],
         T0,
     )
-    s.upsert_jobs(
+    store.upsert_jobs(
         [
             {
                 "job_id": 1,
@@ -129,13 +118,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
             },
         ]
     )
-    s.add_summaries([summary(1, "GPU-c", 7200.0, T0, 3600.0)])
-    s.add_intervals(
+    store.add_summaries([summary(1, "GPU-c", 7200.0, T0, 3600.0)])
+    store.add_intervals(
         [interval("GPU-a", 3, T0 + 60 * i, 80.0) for i in range(10)]
         + [interval("GPU-b", 3, T0 + 60 * i, 0.0) for i in range(10)]
     )
-    yield s
-    s.dispose()
+    return store
 
 
 def config(prices: dict[str, float] | None = None) -> Config:
@@ -163,7 +151,7 @@ NOW = T0 + 600
 
 def test_gpus_by_state_per_node(store: Store) -> None:
     """Slurm's allocations per node; idle_allocated counts held GPUs below the threshold."""
-    samples = scrape(ClusterCollector(config(), store, FakeSlurm(), clock=Clock(NOW)))
+    samples = scrape(ClusterCollector(config(), store, fake_slurm(), clock=FixedClock(NOW)))
     assert 2.0 == value(samples, "slurm_gpu_gpus", node="gpu1", state="allocated")
     assert 1.0 == value(samples, "slurm_gpu_gpus", node="gpu1", state="idle_allocated")
     assert 2.0 == value(samples, "slurm_gpu_gpus", node="gpu1", state="free")
@@ -174,7 +162,7 @@ def test_gpus_by_state_per_node(store: Store) -> None:
 
 def test_gpu_hours_from_summaries_and_intervals(store: Store) -> None:
     """Finished jobs count their summaries, running jobs their intervals (as the reports)."""
-    samples = scrape(ClusterCollector(config(), store, FakeSlurm(), clock=Clock(NOW)))
+    samples = scrape(ClusterCollector(config(), store, fake_slurm(), clock=FixedClock(NOW)))
     assert 2.0 == value(samples, "slurm_gpu_user_gpu_hours_total", user="bob", account="bio")
     assert pytest.approx(20 / 60) == value(
         samples, "slurm_gpu_user_gpu_hours_total", user="alice", account="physics"
@@ -187,25 +175,29 @@ def test_gpu_hours_from_summaries_and_intervals(store: Store) -> None:
 
 def test_cost_only_with_prices(store: Store) -> None:
     """Cost series use [cost] prices (via the reports); without a price there are none."""
-    priced = scrape(ClusterCollector(config({"a100": 3.0}), store, FakeSlurm(), clock=Clock(NOW)))
+    priced = scrape(
+        ClusterCollector(config({"a100": 3.0}), store, fake_slurm(), clock=FixedClock(NOW))
+    )
     assert 6.0 == value(priced, "slurm_gpu_account_cost_total", account="bio", currency="EUR")
     assert pytest.approx(1.0) == value(
         priced, "slurm_gpu_user_cost_total", user="alice", account="physics", currency="EUR"
     )
-    unpriced = scrape(ClusterCollector(config(), store, FakeSlurm(), clock=Clock(NOW)))
+    unpriced = scrape(ClusterCollector(config(), store, fake_slurm(), clock=FixedClock(NOW)))
     assert not [k for k in unpriced if k[0].endswith("_cost_total")]
 
 
 def test_controller_actions_by_outcome(store: Store) -> None:
-    """Audit entries count by policy, action and the outcome's first word; a fresh
-    "planned" entry waits for its outcome."""
+    """Audit entries count by policy, action and the outcome's first word.
+
+    A fresh "planned" entry waits for its outcome.
+    """
     control = ControlStore(store)
     verdict = Verdict("idle_gpu", Action.CANCEL, "job:3", "idle", job_id=3)
     for outcome in ("done", "failed: scancel said no", "failed: again", "planned"):
         control.audit(
             [verdict], time=NOW - 5, cycle="x", controller="t", dry_run=False, outcome=outcome
         )
-    samples = scrape(ClusterCollector(config(), store, FakeSlurm(), clock=Clock(NOW)))
+    samples = scrape(ClusterCollector(config(), store, fake_slurm(), clock=FixedClock(NOW)))
     name = "slurm_gpu_controller_actions_total"
     assert 1.0 == value(samples, name, policy="idle_gpu", action="cancel", outcome="done")
     assert 2.0 == value(samples, name, policy="idle_gpu", action="cancel", outcome="failed")
@@ -214,22 +206,22 @@ def test_controller_actions_by_outcome(store: Store) -> None:
 
 def test_snapshot_is_reused_within_max_age(store: Store) -> None:
     """Scrapes within max_age share one read of Slurm; a later scrape reads again."""
-    slurm, clock = FakeSlurm(), Clock(NOW)
-    collector = ClusterCollector(config(), store, slurm, clock=clock, max_age=15.0)
+    runner, clock = fake_runner(), FixedClock(NOW)
+    collector = ClusterCollector(config(), store, fake_slurm(runner), clock=clock, max_age=15.0)
     scrape(collector)
     clock.now += 10
     scrape(collector)
-    assert 2 == len(slurm.calls)
+    assert 2 == len(runner.calls)
     clock.now += 10
     scrape(collector)
-    assert 4 == len(slurm.calls)
+    assert 4 == len(runner.calls)
 
 
 def test_slurm_down_leaves_out_gpu_states(store: Store) -> None:
     """Slurm is the truth for allocations: without it there is no slurm_gpu_gpus."""
-    slurm = FakeSlurm()
-    slurm.down = True
-    samples = scrape(ClusterCollector(config(), store, slurm, clock=Clock(NOW)))
+    runner = fake_runner()
+    runner.outage = SlurmError("slurmctld is not responding")
+    samples = scrape(ClusterCollector(config(), store, fake_slurm(runner), clock=FixedClock(NOW)))
     assert 0.0 == value(samples, "slurm_gpu_slurm_up")
     assert not [k for k in samples if k[0] == "slurm_gpu_gpus"]
     assert 2.0 == value(samples, "slurm_gpu_account_gpu_hours_total", account="bio")
@@ -238,7 +230,7 @@ def test_slurm_down_leaves_out_gpu_states(store: Store) -> None:
 def test_store_down_leaves_out_usage(tmp_path: Path) -> None:
     """An unreadable store: store_up 0, no usage counters, no idle_allocated."""
     broken = Store(f"sqlite:///{tmp_path}/missing/dir/store.db", cluster="c")
-    samples = scrape(ClusterCollector(config(), broken, FakeSlurm(), clock=Clock(NOW)))
+    samples = scrape(ClusterCollector(config(), broken, fake_slurm(), clock=FixedClock(NOW)))
     assert 0.0 == value(samples, "slurm_gpu_store_up")
     assert not [k for k in samples if "gpu_hours" in k[0]]
     assert value(samples, "slurm_gpu_gpus", node="gpu1", state="idle_allocated") is None
@@ -247,8 +239,8 @@ def test_store_down_leaves_out_usage(tmp_path: Path) -> None:
 
 def test_counter_never_drops_when_summary_replaces_intervals(store: Store) -> None:
     """A running job's summary may count less than its intervals did: the counter holds."""
-    clock = Clock(NOW)
-    collector = ClusterCollector(config(), store, FakeSlurm(), clock=clock, max_age=0.0)
+    clock = FixedClock(NOW)
+    collector = ClusterCollector(config(), store, fake_slurm(), clock=clock, max_age=0.0)
     before = value(
         scrape(collector), "slurm_gpu_user_gpu_hours_total", user="alice", account="physics"
     )
@@ -289,7 +281,9 @@ def test_outcome_label_is_the_first_word() -> None:
 def test_every_counter_ends_in_total(store: Store) -> None:
     """DESIGN naming: counters end in _total; every name starts slurm_gpu_."""
     registry = CollectorRegistry()
-    registry.register(ClusterCollector(config({"a100": 1.0}), store, FakeSlurm(), clock=Clock(NOW)))
+    registry.register(
+        ClusterCollector(config({"a100": 1.0}), store, fake_slurm(), clock=FixedClock(NOW))
+    )
     families = list(text_string_to_metric_families(generate_latest(registry).decode()))
     assert all(f.name.startswith("slurm_gpu_") for f in families)
     counters = [s.name for f in families if f.type == "counter" for s in f.samples]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
-from pathlib import Path
+from collections.abc import Generator
+from pathlib import Path, PosixPath
+from typing import Self
 
 import pytest
 
@@ -42,3 +45,44 @@ def test_bad_binding_file_is_quarantined_after_the_grace_period(tmp_path: Path) 
     _write(tmp_path / "bindings" / "8.0", "job_id=8\ngpu_index=0\nend=1\n", age=120)
     assert [8] == [b.job_id for b in read_bindings(tmp_path, grace_seconds=60)]
     assert (tmp_path / "bindings" / ".quarantine" / "7.0").exists()
+
+
+class RacyDir(PosixPath):
+    """A node dir whose listings also name `GONE`, a hook file removed meanwhile.
+
+    It was there when the directory was read, then the epilog removed it before the agent
+    stat'ed it.
+    """
+
+    GONE = "7.0"
+
+    def iterdir(self) -> Generator[Self, None, None]:
+        yield from super().iterdir()
+        yield self / self.GONE
+
+    def is_file(self) -> bool:
+        return self.name == self.GONE or super().is_file()  # what the listing saw
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        if self.name == self.GONE:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(self))
+        return super().stat(follow_symlinks=follow_symlinks)
+
+
+@pytest.mark.parametrize("subdir", ["bindings", "events"])
+def test_file_removed_between_listing_and_reading_is_skipped(tmp_path: Path, subdir: str) -> None:
+    """A hook file removed while the agent lists its directory is skipped.
+
+    The epilog removes a job's bindings at any moment; the other files are still read and
+    nothing raises out of the agent's tick.
+    """
+    _write(tmp_path / "bindings" / "8.0", "job_id=8\ngpu_index=0\nend=1\n", age=0)
+    _write(tmp_path / "events" / "8.started.1", "job_id=8\ngpu_indices=0\nend=1\n", age=0)
+    node_dir = RacyDir(tmp_path)
+
+    if subdir == "bindings":
+        found = [b.job_id for b in read_bindings(node_dir)]
+    else:
+        found = [e.event.job_id for e in read_events(node_dir, "gpu1")]
+
+    assert [8] == found

@@ -1,9 +1,10 @@
 # The project writes `expected == actual` (DESIGN.md); ruff calls that a Yoda condition.
 """The Slurm prolog/epilog hooks, run for real with /bin/sh and a controlled environment.
 
-Each test copies both scripts into a temp dir next to a `slurm-gpu-hooks.conf` that
-points STATE_DIR and LOG_FILE into that temp dir (the hooks read the conf next to
-themselves first), then runs them the way slurmd does: as root, env only.
+Each test copies both scripts and the library they source into a temp dir next to a
+`slurm-gpu-hooks.conf` that points STATE_DIR and LOG_FILE into that temp dir (the hooks
+read the conf next to themselves first), then runs them the way slurmd does: as root,
+env only.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PROLOG = ROOT / "prolog" / "slurm-gpu-prolog"
-EPILOG = ROOT / "epilog" / "slurm-gpu-epilog"
+PROLOG = ROOT / "hooks" / "slurm-gpu-prolog"
+EPILOG = ROOT / "hooks" / "slurm-gpu-epilog"
+LIBRARY = ROOT / "hooks" / "slurm-gpu-hooks.sh"
+INSTALLED_LIBRARY = Path("/usr/libexec/slurm-gpu/slurm-gpu-hooks.sh")  # the hooks' fallback
 
 JOB_ENV = {
     "SLURM_JOB_ID": "4242",
@@ -63,11 +66,11 @@ class Hooks:
 
 @pytest.fixture
 def hooks(tmp_path: Path) -> Hooks:
-    """Both hooks copied into tmp_path/hooks with a conf pointing into tmp_path."""
+    """Both hooks and their library copied into tmp_path/hooks, a conf pointing into tmp_path."""
     d = tmp_path / "hooks"
     d.mkdir()
-    shutil.copy2(PROLOG, d)
-    shutil.copy2(EPILOG, d)
+    for script in (PROLOG, EPILOG, LIBRARY):
+        shutil.copy2(script, d)
     h = Hooks(dir=d, state=tmp_path / "state", log=tmp_path / "log" / "hooks.log")
     h.conf(f"STATE_DIR={h.state}\nLOG_FILE={h.log}\nSYSLOG=no\n")
     return h
@@ -418,6 +421,7 @@ def test_missing_conf_uses_defaults_silently(tmp_path: Path) -> None:
     if Path("/etc/slurm-gpu/hooks.conf").exists():
         pytest.skip("a real /etc/slurm-gpu/hooks.conf is installed")
     shutil.copy2(PROLOG, tmp_path)
+    shutil.copy2(LIBRARY, tmp_path)
     result = subprocess.run(
         ["/bin/sh", str(tmp_path / "slurm-gpu-prolog")],
         env={"PATH": "/usr/bin:/bin"},
@@ -552,7 +556,21 @@ def test_script_is_posix_sh_without_python(script: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("script", [PROLOG, EPILOG], ids=["prolog", "epilog"])
+def test_library_is_posix_sh_without_python_and_not_a_hook() -> None:
+    """The library says it is sh (for shellcheck), never mentions python, runs nothing.
+
+    It is not executable, so a prolog.d glob that catches it does not run it as a hook.
+    """
+    text = LIBRARY.read_text()
+
+    assert (True, False, False) == (
+        text.startswith("# shellcheck shell=sh\n"),
+        "python" in text.lower(),
+        os.access(LIBRARY, os.X_OK),
+    )
+
+
+@pytest.mark.parametrize("script", [PROLOG, EPILOG, LIBRARY], ids=["prolog", "epilog", "library"])
 def test_script_parses_with_dash(script: Path) -> None:
     """`sh -n` (dash on Debian) finds no syntax error."""
     result = subprocess.run(["/bin/sh", "-n", str(script)], capture_output=True, text=True)
@@ -584,3 +602,59 @@ def test_prolog_happy_path_runs_no_external_program(hooks: Hooks, tmp_path: Path
     )
     execs = [line for line in trace.read_text().splitlines() if "execve(" in line]
     assert 1 == len(execs), execs
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_missing_library_exits_0_writes_nothing_and_says_so(hooks: Hooks, hook: str) -> None:
+    """Without its library a hook still exits 0, writes nothing, and names it on stderr.
+
+    The library is looked for next to the hook, then where conf/slurm-hooks.md installs it.
+    """
+    if INSTALLED_LIBRARY.exists():
+        pytest.skip(f"{INSTALLED_LIBRARY} is installed")
+    (hooks.dir / LIBRARY.name).unlink()
+
+    result = hooks.run(hook, {**JOB_ENV, "SLURM_JOB_EXIT_CODE": "0"})
+
+    assert (0, []) == (result.returncode, all_files(hooks.state))
+    assert f"slurm-gpu-{hook}: job=4242: slurm-gpu-hooks.sh not found" in result.stderr
+
+
+@pytest.mark.parametrize("hook", ["prolog", "epilog"])
+def test_broken_library_still_exits_0(hooks: Hooks, hook: str) -> None:
+    """A library that is damaged (a syntax error, a truncated copy) cannot fail the job."""
+    (hooks.dir / LIBRARY.name).write_text("hook_begin() {\n")
+
+    result = hooks.run(hook, {**JOB_ENV, "SLURM_JOB_EXIT_CODE": "0"})
+
+    assert (0, []) == (result.returncode, all_files(hooks.state))
+
+
+def test_epilog_happy_path_runs_only_rm(hooks: Hooks, tmp_path: Path) -> None:
+    """Besides itself the epilog executes one program, the rm of the job's bindings."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace not installed")
+    hooks.run("prolog", JOB_ENV)
+    trace = tmp_path / "trace"
+    epilog = str(hooks.dir / "slurm-gpu-epilog")
+    subprocess.run(
+        [strace, "-f", "-e", "trace=execve", "-o", str(trace), "/bin/sh", epilog],
+        env={"PATH": "/usr/bin:/bin", **JOB_ENV, "SLURM_JOB_EXIT_CODE": "0"},
+        check=True,
+        capture_output=True,
+    )
+    execs = [line for line in trace.read_text().splitlines() if "execve(" in line]
+    assert ["/bin/sh", "/bin/rm"] == [line.split('"')[1] for line in execs]
+
+
+def test_hooks_and_library_are_shellcheck_clean() -> None:
+    """shellcheck (following the sourced library) finds nothing in the hooks."""
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed")
+    result = subprocess.run(
+        [shellcheck, "-x", str(PROLOG), str(EPILOG), str(LIBRARY)], capture_output=True, text=True
+    )
+
+    assert (0, "") == (result.returncode, result.stdout)

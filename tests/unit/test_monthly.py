@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime as dt
 from pathlib import Path
 
@@ -13,7 +14,6 @@ from slurm_gpu.access import Caller, Scope
 from slurm_gpu.cli.main import cli
 from slurm_gpu.config import Config
 from slurm_gpu.models import Action, GpuDevice, JobGpuSummary, Verdict
-from slurm_gpu.reports.charts import esc, heat_colour
 from slurm_gpu.reports.monthly import (
     CSV_FILES,
     MonthlyReport,
@@ -23,6 +23,7 @@ from slurm_gpu.reports.monthly import (
     write_monthly,
 )
 from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.widgets import esc, heat_colour
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
 
@@ -45,17 +46,15 @@ def summary(job: int, user: str, account: str, start: float, hours: float, gpu: 
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(store: Store) -> Store:
     """Four jobs: two in November, one from Oct 31 22:00 to Nov 1 02:00, one in December."""
-    s = Store(f"sqlite:///{tmp_path}/a.db", cluster="c")
-    s.upgrade()
     jobs = [
         (1, "alice", "physics", NOV + 10 * H, 2.0, "busy", ["G1", "G2"], 80.0),
         (2, "bob", "bio", NOV + 20 * H, 3.0, EVIL, ["G3"], 0.0),
         (3, "alice", "physics", NOV - 2 * H, 4.0, "span", ["G4"], 50.0),
         (4, "bob", "bio", NOV + 31 * 24 * H, 1.0, "december", ["G1"], 90.0),
     ]
-    s.upsert_jobs(
+    store.upsert_jobs(
         [
             {"job_id": j, "user": u, "account": a, "partition": "gpu", "job_name": name,
              "state": "COMPLETED", "submit_time": start - 60, "start_time": start,
@@ -63,14 +62,14 @@ def store(tmp_path: Path) -> Store:
             for j, u, a, start, hours, name, gpus, _ in jobs
         ]
     )  # fmt: skip
-    s.add_summaries(
+    store.add_summaries(
         [
             summary(j, u, a, start, hours, g, util)
             for j, u, a, start, hours, _, gpus, util in jobs
             for g in gpus
         ]
     )
-    control = ControlStore(s)
+    control = ControlStore(store)
     at = NOV + 21 * H
     for action, dry, outcome in (
         (Action.WARN, False, "recorded"),
@@ -83,7 +82,7 @@ def store(tmp_path: Path) -> Store:
     hold = Verdict("gpu_quota", Action.HOLD, "job:1", "quota", job_id=1, user="alice",
                    account="physics")  # fmt: skip
     control.audit([hold], time=at, cycle="y", controller="h", dry_run=False, outcome="done")
-    return s
+    return store
 
 
 def env(store: Store, scope: Scope | None = None) -> ReportEnv:
@@ -126,8 +125,10 @@ def test_idle_and_waste(store: Store) -> None:
 
 
 def test_node_gpus_from_the_inventory_or_the_gpus_jobs_used(store: Store) -> None:
-    """gpu1, not in the GPU inventory, has the 4 GPUs November's jobs used there (G1 also
-    ran December's job); once the agent registers its 8 GPUs, those count."""
+    """gpu1, not in the inventory, has the 4 GPUs November's jobs used there; then its 8.
+
+    (G1 also ran December's job.) Once the agent registers its 8 GPUs, those count.
+    """
     (node,) = report(store).nodes
     assert ("gpu1", 4) == (node["node"], node["gpus"])
     assert 9.0 / (4 * 30 * 24) * 100 == pytest.approx(node["occupancy_percent"])
@@ -195,6 +196,22 @@ def test_csv_one_per_section(store: Store, tmp_path: Path) -> None:
     with (tmp_path / "out" / "top_waste_jobs.csv").open() as handle:
         names = {r["name"] for r in csv.DictReader(handle)}
     assert EVIL in names  # CSV keeps the name as typed
+
+
+def test_busy_node_keeps_the_old_word_in_csv_and_page(store: Store, tmp_path: Path) -> None:
+    """A busy node is `hot` in node_heatmap.csv and listed as a "Hot node" on the page.
+
+    The monthly format keeps the old word until its next version (byte-identical output).
+    """
+    month = report(store)
+    month = dataclasses.replace(month, nodes=[{**n, "busy": True} for n in month.nodes])
+    write_monthly(month, tmp_path / "out")
+    with (tmp_path / "out" / "node_heatmap.csv").open() as handle:
+        cells = [(r["node"], r["hot"]) for r in csv.DictReader(handle)]
+    page = (tmp_path / "out" / "index.html").read_text()
+    busy_table = page.split('<th class="">Hot node</th>')[1].split("</table>")[0]
+    expected = ([("gpu1", "hot")], True)
+    assert expected == (cells, '<td class="">gpu1</td>' in busy_table)
 
 
 def test_heat_colour_scale() -> None:

@@ -5,69 +5,25 @@ from __future__ import annotations
 import json
 import os
 import pwd
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from slurm_gpu.gpu import GpuSnapshot, UtilSample
 from slurm_gpu.models import GpuDevice, GpuProcess
 from slurm_gpu.node.agent import NodeAgent, process_owner
-from slurm_gpu.node.spool import Spool, decode_interval, decode_summary
+from slurm_gpu.node.outbox import decode_interval, decode_summary
+from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.gres import GresGpuFile
+from slurm_gpu.testing import FakeGpuSource, FixedClock
 
 T0 = 1_800_000_000.0  # a round minute, so shipping periods are easy to reason about
 
 
-class FakeClock:
-    """A clock tests move by hand."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class FakeGpus:
-    """Two GPUs whose utilization is a function of time, sampled once a second."""
-
-    def __init__(self, clock: FakeClock, util: dict[str, Callable[[float], float]]) -> None:
-        self.clock = clock
-        self.util = util
-        self.lost: set[str] = set()
-        self.pids: dict[str, tuple[int, ...]] = {}
-
-    def devices(self) -> list[GpuDevice]:
-        # NVML order differs from minors: uuid "B" is minor 0, "A" is minor 1.
-        return [
-            GpuDevice("A", "Fake A100", 1, 0, "00:01", 80 * 2**30),
-            GpuDevice("B", "Fake A100", 0, 1, "00:02", 80 * 2**30),
-        ]
-
-    def snapshot(self, device: GpuDevice, samples_since: float) -> GpuSnapshot:
-        now = self.clock()
-        if device.uuid in self.lost:
-            return GpuSnapshot(device.uuid, now, error="GPU is lost")
-        first = int(samples_since) + 1
-        samples = tuple(
-            UtilSample(float(t), self.util[device.uuid](t)) for t in range(first, int(now) + 1)
-        )
-        return GpuSnapshot(
-            device.uuid,
-            now,
-            samples=samples,
-            mem_used_bytes=2**30,
-            mem_total_bytes=80 * 2**30,
-            power_watts=100.0,
-            energy_joules=100.0 * (now - T0 + 1000),
-            temperature_celsius=40.0,
-            ecc_errors_total=0,
-            processes=tuple(GpuProcess(p, 2**30) for p in self.pids.get(device.uuid, ())),
-        )
-
-    def close(self) -> None:
-        pass
+# NVML order differs from minors: uuid "B" is minor 0, "A" is minor 1.
+DEVICES = [
+    GpuDevice("A", "Fake A100", 1, 0, "00:01", 80 * 2**30),
+    GpuDevice("B", "Fake A100", 0, 1, "00:02", 80 * 2**30),
+]
 
 
 def write_hook_file(path: Path, fields: dict[str, str], mtime: float) -> None:
@@ -114,10 +70,13 @@ def stat_by_minor(path: str) -> os.stat_result:
 GRES = [GresGpuFile(0, "/dev/nvidia0", "a100"), GresGpuFile(1, "/dev/nvidia1", "a100")]
 
 
+Rig = tuple[NodeAgent, FixedClock, FakeGpuSource, Path]  # the agent, its clock, GPUs, node dir
+
+
 @pytest.fixture
-def rig(tmp_path: Path) -> tuple[NodeAgent, FakeClock, FakeGpus, Path]:
-    clock = FakeClock(T0)
-    gpus = FakeGpus(clock, {"A": lambda t: 0.0, "B": lambda t: 0.0})
+def rig(tmp_path: Path) -> Rig:
+    clock = FixedClock(T0)
+    gpus = FakeGpuSource(DEVICES, clock)
     node_dir = tmp_path / "gpu1"
     agent = NodeAgent(
         "gpu1",
@@ -134,7 +93,7 @@ def rig(tmp_path: Path) -> tuple[NodeAgent, FakeClock, FakeGpus, Path]:
     return agent, clock, gpus, node_dir
 
 
-def run_until(agent: NodeAgent, clock: FakeClock, until: float, step: float = 10) -> None:
+def run_until(agent: NodeAgent, clock: FixedClock, until: float, step: float = 10) -> None:
     while clock.now < until:
         clock.now += step
         agent.tick()
@@ -144,13 +103,13 @@ def outbox(agent: NodeAgent, kind: str) -> list[str]:
     return [p for _, k, _, p in agent.spool.pending(10**6) if k == kind]
 
 
-def test_slurm_index_maps_to_nvml_device_through_minor(rig: tuple) -> None:
+def test_slurm_index_maps_to_nvml_device_through_minor(rig: Rig) -> None:
     """Slurm GPU 0 is the device with minor 0 (uuid B), though NVML lists it second."""
     agent, *_ = rig
     assert agent.index_uuid == {0: "B", 1: "A"}
 
 
-def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: tuple) -> None:
+def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: Rig) -> None:
     """A job starting mid-window at 80% then ending mid-window reads 80%, not less."""
     agent, clock, gpus, node_dir = rig
     gpus.util["B"] = lambda t: 80.0 if T0 + 15 < t <= T0 + 105 else 0.0
@@ -172,9 +131,11 @@ def test_job_summary_has_true_mean_not_diluted_by_time_before_start(rig: tuple) 
     assert expected == actual
 
 
-def test_job_intervals_reach_the_outbox_before_its_summary(rig: tuple) -> None:
-    """A job ending mid-period: its last interval is queued ahead of its summary, so a
-    store that has the summary has every second of it."""
+def test_job_intervals_reach_the_outbox_before_its_summary(rig: Rig) -> None:
+    """A job ending mid-period: its last interval is queued ahead of its summary.
+
+    So a store that has the summary has every second of it.
+    """
     agent, clock, gpus, node_dir = rig
     gpus.util["B"] = lambda t: 40.0
     agent.tick()
@@ -191,7 +152,7 @@ def test_job_intervals_reach_the_outbox_before_its_summary(rig: tuple) -> None:
     assert (kinds[-1], covered, summary.gpu_seconds) == ("summary", 80.0, 80.0)
 
 
-def test_intervals_are_per_minute_and_cover_every_second(rig: tuple) -> None:
+def test_intervals_are_per_minute_and_cover_every_second(rig: Rig) -> None:
     """Sealed intervals of one GPU tile the time read, split at minute boundaries."""
     agent, clock, _, _ = rig
     agent.tick()
@@ -205,7 +166,7 @@ def test_intervals_are_per_minute_and_cover_every_second(rig: tuple) -> None:
     assert [10.0, 60.0, 60.0] == [r.covered_seconds for r in a_rows]
 
 
-def test_agent_down_gap_is_missing_not_idle(rig: tuple) -> None:
+def test_agent_down_gap_is_missing_not_idle(rig: Rig) -> None:
     """A job whose GPUs went unread for minutes is flagged missing for that time."""
     agent, clock, gpus, node_dir = rig
     gpus.util["B"] = lambda t: 50.0
@@ -224,7 +185,7 @@ def test_agent_down_gap_is_missing_not_idle(rig: tuple) -> None:
     assert 110.0 <= summary.missing_seconds <= 130.0
 
 
-def test_lost_gpu_does_not_stop_the_other(rig: tuple) -> None:
+def test_lost_gpu_does_not_stop_the_other(rig: Rig) -> None:
     """A lost GPU leaves its window unread; the other GPU is still recorded."""
     agent, clock, gpus, _ = rig
     gpus.lost.add("A")
@@ -235,13 +196,15 @@ def test_lost_gpu_does_not_stop_the_other(rig: tuple) -> None:
 
 
 def test_process_of_another_job_is_unallocated_use(
-    rig: tuple, caplog: pytest.LogCaptureFixture
+    rig: Rig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A pid belonging to job 9 on a GPU bound to job 8 is reported, and logged once
-    with its job and the Slurm GPU index."""
+    """A pid of job 9 on a GPU bound to job 8 is reported.
+
+    It is logged once, with its job and the Slurm GPU index.
+    """
     agent, clock, gpus, node_dir = rig
     start_job(node_dir, 8, [0], T0 - 5)
-    gpus.pids["B"] = (8001, 9001)  # pid_job: pid // 1000
+    gpus.processes["B"] = (GpuProcess(8001, 2**30), GpuProcess(9001, 2**30))  # job: pid // 1000
     clock.now += 10
     result = agent.tick()
     clock.now += 10
@@ -254,7 +217,7 @@ def test_process_of_another_job_is_unallocated_use(
     ] == logged
 
 
-def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
+def test_events_are_spooled_once_and_files_removed(rig: Rig) -> None:
     """Hook event files become outbox rows and are deleted from the events dir."""
     agent, clock, _, node_dir = rig
     start_job(node_dir, 5, [0, 1], T0)
@@ -265,7 +228,7 @@ def test_events_are_spooled_once_and_files_removed(rig: tuple) -> None:
     assert [] == list((node_dir / "events").iterdir())
 
 
-def test_running_job_activity_tracks_the_last_busy_sample(rig: tuple) -> None:
+def test_running_job_activity_tracks_the_last_busy_sample(rig: Rig) -> None:
     """The activity row of a running job names the newest sample above the threshold."""
     agent, clock, gpus, node_dir = rig
     gpus.util["B"] = lambda t: 90.0 if t <= T0 + 12 else 0.0
@@ -285,9 +248,12 @@ def test_running_job_activity_tracks_the_last_busy_sample(rig: tuple) -> None:
     assert expected == actual
 
 
-def test_binding_without_started_event_is_adopted(rig: tuple) -> None:
-    """The prolog's event was lost (disk full, crash): the binding alone attributes the
-    GPU to the job, from the binding's time, and the job is summarized at its end."""
+def test_binding_without_started_event_is_adopted(rig: Rig) -> None:
+    """The prolog's event was lost (disk full, crash): the binding alone suffices.
+
+    It attributes the GPU to the job from the binding's time, and the job is summarized
+    at its end.
+    """
     agent, clock, gpus, node_dir = rig
     gpus.util["B"] = lambda t: 70.0
     agent.tick()

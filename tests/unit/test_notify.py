@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import replace
 
+from slurm_gpu.config.policy import NotifySettings
 from slurm_gpu.models import Action, Verdict
 from slurm_gpu.policy.notify import Notifier, notification_key, render
 from tests.receivers import smtp_receiver, webhook_receiver
 
-
-@dataclass
-class Settings:
-    smtp_host: str = "127.0.0.1"
-    smtp_port: int = 25
-    smtp_from: str = "slurm-gpu@cluster.example"
-    smtp_starttls: bool = False
-    smtp_user: str = ""
-    smtp_password_file: str = ""
-    user_email_domain: str = "cluster.example"
-    admin_emails: list[str] = field(default_factory=lambda: ["hpc-admins@cluster.example"])
-    webhook_url: str = ""
-    exemption_contact: str = "hpc-help@cluster.example"
+# The [notify] section every test starts from; each test replaces what it is about.
+SETTINGS = NotifySettings(
+    smtp_host="127.0.0.1",
+    smtp_from="slurm-gpu@cluster.example",
+    user_email_domain="cluster.example",
+    admin_emails=["hpc-admins@cluster.example"],
+    exemption_contact="hpc-help@cluster.example",
+)
 
 
 WARN = Verdict(
@@ -39,7 +35,7 @@ WARN = Verdict(
 def test_warning_email_reaches_user_and_admins() -> None:
     """The user and the admins get one email saying what, when and whom to ask."""
     with smtp_receiver() as (port, inbox):
-        sent = Notifier(Settings(smtp_port=port), "testbed").send(WARN)
+        sent = Notifier(replace(SETTINGS, smtp_port=port), "testbed").send(WARN)
     assert ["email"] == sent
     (mail,) = inbox
     assert "alice@cluster.example, hpc-admins@cluster.example" == mail["X-Rcpt-To"]
@@ -52,7 +48,7 @@ def test_warning_email_reaches_user_and_admins() -> None:
 def test_webhook_gets_slack_style_json() -> None:
     """The webhook receives {"text": ...} with the subject and the reason."""
     with webhook_receiver() as (url, bodies):
-        sent = Notifier(Settings(smtp_host="", webhook_url=url), "testbed").send(WARN)
+        sent = Notifier(replace(SETTINGS, smtp_host="", webhook_url=url), "testbed").send(WARN)
     assert ["webhook"] == sent
     (body,) = bodies
     assert body["text"].startswith("*[slurm-gpu testbed] idle_gpu: warning (job 42)*")
@@ -61,7 +57,9 @@ def test_webhook_gets_slack_style_json() -> None:
 def test_a_dead_channel_does_not_raise() -> None:
     """An unreachable SMTP server is logged; the other channel still works."""
     with webhook_receiver() as (url, bodies):
-        sent = Notifier(Settings(smtp_port=1, webhook_url=url), "testbed", timeout=2).send(WARN)
+        sent = Notifier(replace(SETTINGS, smtp_port=1, webhook_url=url), "testbed", timeout=2).send(
+            WARN
+        )
     assert (["webhook"], 1) == (sent, len(bodies))
 
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from slurm_gpu.config import Config
+from slurm_gpu.config.policy import ControllerSettings, IdleGpuSettings, PolicySettings
 from slurm_gpu.durations import Duration
 from slurm_gpu.models import Action, Exemption, GpuActivity, SlurmJob, Verdict
 from slurm_gpu.policy.rules import evaluate
-from slurm_gpu.policy.settings import ControllerSettings, IdleGpuSettings, PolicySettings
 
 NOW = 1_717_236_000.0  # 2024-06-01 10:00:00 UTC
 MIN = 60.0
@@ -19,14 +19,20 @@ START = NOW - 3 * 3600  # every job here started three hours ago
 GIB = 1024**3
 
 
-def config(**idle: Any) -> Config:
-    """Defaults (warn 45m, cancel 60m, 5%, sliding), UTC, max_runtime off; `idle` overrides."""
+def config(threshold_percent: float = 5.0, **idle: Any) -> Config:
+    """Defaults (warn 45m, cancel 60m, 5%, sliding), UTC, max_runtime off; `idle` overrides.
+
+    `threshold_percent` is [node] active_threshold_percent, the idle policy's threshold.
+    """
     base = Config()
     policy = PolicySettings(
         idle_gpu=dataclasses.replace(IdleGpuSettings(), **idle),
         max_runtime=dataclasses.replace(base.policy.max_runtime, enabled=False),
     )
-    return dataclasses.replace(base, controller=ControllerSettings(timezone="UTC"), policy=policy)
+    node = dataclasses.replace(base.node, active_threshold_percent=threshold_percent)
+    return dataclasses.replace(
+        base, node=node, controller=ControllerSettings(timezone="UTC"), policy=policy
+    )
 
 
 CONFIG = config()

@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 
 from slurm_gpu.config import Config
+from slurm_gpu.config.policy import HotNodeSettings, UnallocatedUseSettings
 from slurm_gpu.models import Action, NodeHealth, UnallocatedUse, Verdict
 from slurm_gpu.policy.rules import evaluate
-from slurm_gpu.policy.settings import HotNodeSettings, UnallocatedUseSettings
 
 NOW = 1_717_236_000.0
 

@@ -6,9 +6,9 @@ import dataclasses
 from typing import Any
 
 from slurm_gpu.config import Config
+from slurm_gpu.config.policy import ControllerSettings, QuotaRule
 from slurm_gpu.models import Action, Exemption, QuotaApplied, QuotaUsage, SlurmJob, Verdict
 from slurm_gpu.policy.rules import evaluate
-from slurm_gpu.policy.settings import ControllerSettings, QuotaRule
 
 NOW = 1_717_236_000.0  # 2024-06-01 10:00:00 UTC
 JUNE = 1_717_200_000.0  # 2024-06-01 00:00:00 UTC

@@ -61,7 +61,7 @@ def test_monday_midnight_starts_a_new_week() -> None:
 
 
 def test_rolling_window_ends_now() -> None:
-    """ "30d" is the last 30 x 86400 seconds up to now."""
+    """A period of "30d" is the last 30 x 86400 seconds up to now."""
     now = ts("2024-06-01 10:00")
     expected = (now - 30 * 86400, now)
     assert expected == period_bounds(now, "30d", UTC)

@@ -6,10 +6,10 @@ import dataclasses
 from typing import Any
 
 from slurm_gpu.config import Config
+from slurm_gpu.config.policy import ControllerSettings, MaxRuntimeSettings, PolicySettings
 from slurm_gpu.durations import Duration
 from slurm_gpu.models import Action, Exemption, SlurmJob, Verdict
 from slurm_gpu.policy.rules import evaluate
-from slurm_gpu.policy.settings import ControllerSettings, MaxRuntimeSettings, PolicySettings
 
 NOW = 1_717_236_000.0  # 2024-06-01 10:00:00 UTC
 HOUR = 3600.0

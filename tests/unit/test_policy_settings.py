@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from slurm_gpu.config import Config, load_config, parse_settings
+from slurm_gpu.config.policy import QuotaRule
 from slurm_gpu.durations import Duration
 from slurm_gpu.errors import ConfigError
-from slurm_gpu.policy.settings import QuotaRule
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "conf" / "slurm-gpu.toml"
@@ -34,11 +34,11 @@ def test_defaults_are_the_safe_ones() -> None:
 
 
 def test_idle_defaults_follow_the_issue() -> None:
-    """5%, warn 45 min, cancel 60 min, sliding, memory-only idle, debug/interactive exempt."""
+    """5% ([node]), warn 45m, cancel 60m, sliding, memory-only idle, debug/interactive exempt."""
     i = Config().policy.idle_gpu
     expected = (5.0, 2700.0, 3600.0, "sliding", True, ["debug"], ["interactive"])
     found = (
-        i.threshold_percent,
+        Config().node.active_threshold_percent,
         i.warn_after,
         i.cancel_after,
         i.window,
@@ -50,15 +50,20 @@ def test_idle_defaults_follow_the_issue() -> None:
 
 
 def test_issue_example_parses() -> None:
-    """The configuration from the issue loads to the values it names."""
+    """The configuration from the issue loads to the values it names.
+
+    Its idle threshold is under [node], where it lives now.
+    """
     config = parse(
         """
 [controller]
 enforce = true
 interval = "60s"
 
+[node]
+active_threshold_percent = 5
+
 [policy.idle_gpu]
-threshold_percent = 5
 warn_after = "45m"
 cancel_after = "60m"
 window = "from_start"
@@ -151,11 +156,6 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
             "so users are warned first",
         ),
         (
-            "[policy.idle_gpu]\nthreshold_percent = 150\n",
-            "t.toml: policy.idle_gpu.threshold_percent: must be between 0 and 100, "
-            "got 150 (integer)",
-        ),
-        (
             '[policy.max_runtime]\naction = "kill"\n',
             't.toml: policy.max_runtime.action: expected one of "cancel", "cap", '
             'got "kill" (string)',
@@ -180,7 +180,12 @@ def test_errors_name_the_file(tmp_path: Path) -> None:
         ),
         (
             '[policy.gpu_quota]\nexempt_users = [""]\n',
-            't.toml: policy.gpu_quota.exempt_users: names must not be empty ("")',
+            't.toml: policy.gpu_quota.exempt_users: not a user name: "" (a user name is '
+            'letters, digits, ".", "_", "-" and "@", not starting with "-")',
+        ),
+        (
+            '[policy.idle_gpu]\nexempt_accounts = [" "]\n',
+            't.toml: policy.idle_gpu.exempt_accounts: names must not be empty ("")',
         ),
         (
             '[controller]\ntimezone = "Mars/Olympus"\n',
@@ -279,3 +284,40 @@ def test_broken_section_values_name_the_key(text: str, expected: str) -> None:
 def test_broken_quota_names_the_key(text: str, expected: str) -> None:
     """Each broken [[quota]] is reported by its number and key."""
     assert [expected] == problems(text)
+
+
+def test_removed_idle_threshold_key_says_where_it_went(tmp_path: Path) -> None:
+    """An old file's [policy.idle_gpu] threshold_percent is an error naming file:key.
+
+    The error names [node] active_threshold_percent; the value is never silently ignored.
+    """
+    path = tmp_path / "slurm-gpu.toml"
+    path.write_text("[policy.idle_gpu]\nthreshold_percent = 10\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, env={})
+    expected = [
+        f"{path}: policy.idle_gpu.threshold_percent: no longer supported; the idle threshold"
+        " is [node] active_threshold_percent, which the node agent records activity with and"
+        " this policy reads; set the value there"
+    ]
+    assert expected == caught.value.problems
+
+
+def test_idle_threshold_is_the_node_key() -> None:
+    """[node] active_threshold_percent is the one threshold key; the idle policy has none."""
+    config = parse("[node]\nactive_threshold_percent = 10\n")
+    expected = (10.0, False)
+    found = (
+        config.node.active_threshold_percent,
+        hasattr(config.policy.idle_gpu, "threshold_percent"),
+    )
+    assert expected == found
+
+
+def test_quota_user_follows_the_user_name_rule() -> None:
+    """A [[quota]] user is checked by the same rule as every other user-name key."""
+    expected = [
+        't.toml: quota[1].user: not a user name: "al ice" (a user name is letters, digits, '
+        '".", "_", "-" and "@", not starting with "-")'
+    ]
+    assert expected == problems('[[quota]]\nuser = "al ice"\nlimit = 1\n')

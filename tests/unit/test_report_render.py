@@ -11,15 +11,15 @@ import datetime as dt
 import io
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.reports.fields import job_fields
-from slurm_gpu.reports.jobs import JobFilter, job_records, load_usage
+from slurm_gpu.reports.records import job_records
 from slurm_gpu.reports.render import help_format, parse_format, render
+from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.slurm.sacct import parse_sacct
 from slurm_gpu.store import Store
 
@@ -27,14 +27,6 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "sacct"
 UTC = dt.UTC
 COMMON = "JobID,JobName,User,Account,Partition,State,Elapsed"
 ROOT = Scope(Caller(0, "root"), True, reason="root")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path}/store.db", cluster="testbed")
-    s.upgrade()
-    yield s
-    s.dispose()
 
 
 @pytest.fixture(autouse=True)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from slurm_gpu.access import Caller, Scope
+from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuInterval, JobGpuSummary
-from slurm_gpu.reports.jobs import JobFilter, Usage, job_records, load_usage, price_for
-from slurm_gpu.reports.settings import CostSettings
-from slurm_gpu.reports.summary import build_report
+from slurm_gpu.reports.pricing import price_for
+from slurm_gpu.reports.records import job_records
+from slurm_gpu.reports.summary import build_report, report_fields
+from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
 from slurm_gpu.store import Store
 
 T0 = 1_800_000_000.0
@@ -19,6 +18,7 @@ A100 = "NVIDIA A100-SXM4-80GB"
 H100 = "NVIDIA H100 80GB HBM3"
 ROOT = Scope(Caller(0, "root"), True, reason="root")
 PRICES = CostSettings(currency="EUR", prices={"a100": 2.0, "H100": 4.0}, default_price=1.0)
+ALL_JOBS = JobFilter()  # no sacct selection option given
 
 
 def summary(
@@ -51,10 +51,9 @@ def summary(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path}/store.db", cluster="c")
-    s.upgrade()
-    s.upsert_jobs(
+def store(store: Store) -> Store:
+    """Jobs 1 (alice) and 2 (bob) ended, with summaries; job 3 (alice) runs, one interval."""
+    store.upsert_jobs(
         [
             {
                 "job_id": 1,
@@ -90,14 +89,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
             },
         ]
     )
-    s.add_summaries(
+    store.add_summaries(
         [
             summary(1, "GPU-a", A100, 3600, 80.0, 3600),
             summary(1, "GPU-b", A100, 3600, 40.0, 1800),
             summary(2, "GPU-h", H100, 1800, 0.0, 0.0, node="gpu2", mem_gib=0.0),
         ]
     )
-    s.add_intervals(
+    store.add_intervals(
         [
             GpuInterval(
                 node="gpu1",
@@ -120,11 +119,16 @@ def store(tmp_path: Path) -> Iterator[Store]:
             ),
         ]
     )
-    yield s
-    s.dispose()
+    return store
 
 
-def usage(store: Store, scope: Scope = ROOT, **kw: object) -> Usage:
+def usage(
+    store: Store,
+    scope: Scope = ROOT,
+    *,
+    filters: JobFilter = ALL_JOBS,
+    figures_only: bool = False,
+) -> Usage:
     return load_usage(
         store,
         since=T0 - 1,
@@ -132,9 +136,10 @@ def usage(store: Store, scope: Scope = ROOT, **kw: object) -> Usage:
         now=T0 + 120,
         sacct_jobs=None,
         scope=scope,
+        filters=filters,
         cost=PRICES,
-        **kw,
-    )  # type: ignore[arg-type]
+        figures_only=figures_only,
+    )
 
 
 def test_job_figures(store: Store) -> None:
@@ -183,8 +188,8 @@ def test_scope_hides_other_users(store: Store) -> None:
 def test_filters(store: Store) -> None:
     """-u, -A, -r, -s and -j select like sacct."""
 
-    def ids(**kw: object) -> list[int]:
-        return [r["job_id"] for r in job_records(usage(store, filters=JobFilter(**kw)))]  # type: ignore[arg-type]
+    def ids(**kw: tuple[str, ...]) -> list[int]:
+        return [r["job_id"] for r in job_records(usage(store, filters=JobFilter(**kw)))]
 
     assert [2] == ids(users=("bob",))
     assert [1, 3] == ids(accounts=("physics",))
@@ -249,8 +254,8 @@ def test_report_prorates_to_the_period(store: Store) -> None:
     assert "bob" not in rows  # ended at the period's start: nothing inside
 
 
-def test_hot_nodes(store: Store) -> None:
-    """A node with more than factor x the mean share is hot; unused nodes are listed."""
+def test_busy_nodes(store: Store) -> None:
+    """A node with more than factor x the mean share is busy; unused nodes are listed."""
     report = build_report(
         usage(store),
         "node",
@@ -258,10 +263,20 @@ def test_hot_nodes(store: Store) -> None:
         until=T0 + 7200,
         now=T0 + 120,
         all_nodes=["gpu1", "gpu2", "gpu3"],
-        hot_factor=1.5,
+        busy_factor=1.5,
     )
-    hot = {r["key"]: r["hot"] for r in report.rows}
-    assert {"gpu1": "hot", "gpu2": "", "gpu3": ""} == hot
+    busy = {r["key"]: r["busy"] for r in report.rows}
+    assert {"gpu1": "busy", "gpu2": "", "gpu3": ""} == busy
+
+
+def test_node_report_shows_a_busy_column(store: Store) -> None:
+    """`report nodes` has a Busy column (formerly Hot) showing "busy" or nothing."""
+    report = build_report(
+        usage(store), "node", since=T0 - 1, until=T0 + 7200, now=T0 + 120, all_nodes=["gpu3"]
+    )
+    fields = report_fields("", "node")
+    shown = {r["key"]: fields["Busy"].get(r) for r in report.rows}
+    assert ({"gpu1": "busy", "gpu2": "", "gpu3": ""}, False) == (shown, "Hot" in fields)
 
 
 def test_sort_and_top(store: Store) -> None:

@@ -6,7 +6,9 @@ from typing import Any
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.reports.jobview import Thresholds, bar, notes, render_job
-from slurm_gpu.reports.status import build_status, parse_scontrol_nodes, parse_squeue_owners
+from slurm_gpu.reports.status import build_status
+from slurm_gpu.slurm.scontrol import parse_node_gpus
+from slurm_gpu.slurm.squeue import parse_running_owners
 
 GIB = 2**30
 LIMITS = Thresholds(idle_percent=5.0)
@@ -114,8 +116,8 @@ def interval(uuid: str, job: int | None, util: float, pids: str = "") -> dict[st
 
 def test_status_counts() -> None:
     """Total/allocated/free from Slurm; idle-while-allocated and utilization from intervals."""
-    nodes = parse_scontrol_nodes(SCONTROL)
-    owners = parse_squeue_owners("7|alice|physics\n8|bob|bio\n")
+    nodes, _ = parse_node_gpus(SCONTROL)
+    owners, _ = parse_running_owners("7|alice|physics\n8|bob|bio\n")
     rows = [interval("a", 7, 90.0), interval("b", 8, 0.0), interval("c", None, 0.0, "4242")]
     root = Scope(Caller(0, "root"), True)
     status = build_status(
@@ -130,8 +132,8 @@ def test_status_counts() -> None:
 
 def test_status_private_for_users() -> None:
     """A user's utilization figures cover their jobs only; no unallocated-use list."""
-    nodes = parse_scontrol_nodes(SCONTROL)
-    owners = parse_squeue_owners("7|alice|physics\n8|bob|bio\n")
+    nodes, _ = parse_node_gpus(SCONTROL)
+    owners, _ = parse_running_owners("7|alice|physics\n8|bob|bio\n")
     rows = [interval("a", 7, 90.0), interval("b", 8, 0.0), interval("c", None, 0.0, "4242")]
     alice = Scope(Caller(1001, "alice"), False)
     status = build_status(nodes, rows, {}, owners, alice, idle_percent=5.0)

@@ -1,4 +1,4 @@
-"""The reports' bulk store reads (store/usage.py): a period's jobs and GPU rows as tuples."""
+"""The reports' bulk store reads (store/queries.py): a period's jobs and GPU rows as tuples."""
 
 from __future__ import annotations
 
@@ -11,15 +11,10 @@ import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.models import JobGpuSummary
-from slurm_gpu.reports.jobs import (
-    FIGURE_GPU_COLUMNS,
-    FIGURE_JOB_COLUMNS,
-    GPU_COLUMNS,
-    load_usage,
-    with_job_listing,
-)
+from slurm_gpu.reports.frames import FIGURE_GPU_COLUMNS, FIGURE_JOB_COLUMNS, GPU_COLUMNS
+from slurm_gpu.reports.usage import load_usage, with_job_listing
 from slurm_gpu.store import Store
-from slurm_gpu.store import usage as store_usage
+from slurm_gpu.store import queries as store_usage
 
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.UTC).timestamp()
 DEC = dt.datetime(2026, 12, 1, tzinfo=dt.UTC).timestamp()
@@ -39,10 +34,8 @@ def summary(job: int, node: str, gpu: str, start: float, end: float) -> JobGpuSu
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Store:
+def store(store: Store) -> Store:
     """Jobs before, across, inside, after November; one pending, one with no times."""
-    s = Store(f"sqlite:///{tmp_path}/a.db", cluster="c")
-    s.upgrade()
     jobs = {  # job: (submit, start, end)
         1: (NOV - 10 * H, NOV - 9 * H, NOV - 5 * H),  # October only
         2: (NOV - 3 * H, NOV - 2 * H, NOV + 2 * H),  # across Nov 1
@@ -52,7 +45,7 @@ def store(tmp_path: Path) -> Store:
         6: (None, None, None),  # no times at all
         7: (NOV - 30 * H, NOV - 20 * H, None),  # running since October
     }
-    s.upsert_jobs(
+    store.upsert_jobs(
         [
             {"job_id": j, "user": "u", "account": "a", "partition": "gpu", "state": "X",
              "submit_time": q, "start_time": b, "end_time": e, "gpus": 2}
@@ -65,8 +58,8 @@ def store(tmp_path: Path) -> Store:
             # Nodes and GPUs given out of order: the reads sort them.
             rows += [summary(j, "n2", "G-b", b, e), summary(j, "n1", "G-z", b, e)]
             rows += [summary(j, "n1", "G-a", b, e)]
-    s.add_summaries(rows)
-    return s
+    store.add_summaries(rows)
+    return store
 
 
 def test_job_rows_in_window_are_jobs_in_window(store: Store) -> None:
@@ -137,9 +130,11 @@ def test_load_usage_names_array_and_het_jobs_like_sacct(tmp_path: Path) -> None:
 
 
 def test_figures_only_load_has_the_full_loads_figures(store: Store) -> None:
-    """Reading only what figures need (user, account, partition and node, GPU, model each
-    read as one text) gives the full read's figure columns, value for value; the listing
-    columns of a few jobs come from the store."""
+    """Reading only what figures need gives the full read's figure columns, value for value.
+
+    (User, account, partition and node, GPU, model each read as one text.) The listing
+    columns of a few jobs come from the store.
+    """
     kw = {"since": NOV, "until": DEC, "now": DEC + 10 * H, "sacct_jobs": None, "scope": ADMIN}
     full = load_usage(store, **kw)  # type: ignore[arg-type]
     lean = load_usage(store, **kw, figures_only=True)  # type: ignore[arg-type]
@@ -169,8 +164,10 @@ def test_figures_only_keeps_missing_names_blank(tmp_path: Path) -> None:
 
 
 def test_array_reads_hold_the_tuple_reads_rows(store: Store) -> None:
-    """The figures-only reads straight into numpy hold the tuple reads' rows: NULL
-    reads NaN in a number field and None in a text field."""
+    """The figures-only reads straight into numpy hold the tuple reads' rows.
+
+    NULL reads NaN in a number field and None in a text field.
+    """
     jobs_dtype = np.dtype([("job_id", "i8"), ("owner", "O"), ("end_time", "f8"), ("gpus", "f8")])
     array = store_usage.job_array_in_window(store, NOV, DEC, jobs_dtype)
     tuples = store_usage.job_rows_in_window(store, NOV, DEC, columns=jobs_dtype.names or ())

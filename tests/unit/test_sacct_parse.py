@@ -14,6 +14,7 @@ from slurm_gpu.slurm.sacct import (
     parse_sacct,
     sacct_argv,
     split_records,
+    state_name,
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "sacct"
@@ -143,3 +144,12 @@ def test_argv() -> None:
     assert "-a" not in argv
     assert ["-S", "2026-11-01T00:00:00", "-E", "2026-12-01T00:00:00"] == argv[7:11]
     assert ["-u", "alice", "-j", "12,13_1", "-s", "COMPLETED"] == argv[11:]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("cd", "COMPLETED"), ("OOM", "OUT_OF_MEMORY"), ("to", "TIMEOUT"), ("running", "RUNNING")],
+)
+def test_state_name_takes_sacct_short_codes(given: str, expected: str) -> None:
+    """`-s cd` means COMPLETED, as for sacct; a full name is only upper-cased."""
+    assert expected == state_name(given)

@@ -99,8 +99,10 @@ def test_rows_are_deleted_after_the_store_committed(spool: Spool) -> None:
 
 
 def test_corrupt_row_is_quarantined_and_the_rest_reach_the_store(spool: Spool) -> None:
-    """A row that does not decode moves, whole and with its reason, to the quarantine
-    table; the good rows around it still reach the store."""
+    """A row that does not decode moves, whole and with its reason, to quarantine.
+
+    The good rows around it still reach the store.
+    """
     with spool.transaction() as db:
         db.execute(
             "INSERT INTO outbox (kind, key, payload) VALUES ('interval', 'bad', '{\"node\": 1')"
@@ -119,8 +121,10 @@ def test_corrupt_row_is_quarantined_and_the_rest_reach_the_store(spool: Spool) -
 
 
 def test_rows_of_unknown_kind_and_wrong_field_types_are_quarantined(tmp_path: Path) -> None:
-    """A row of a kind the shipper does not know, or whose field has the wrong type, is
-    kept in quarantine rather than shipped, dropped, or retried forever."""
+    """A row of an unknown kind, or with a field of the wrong type, is quarantined.
+
+    It is kept there rather than shipped, dropped, or retried forever.
+    """
     spool = Spool(tmp_path / "spool.db")
     bad_interval = dict(interval(0.0).__dict__, job_id="seven")
     with spool.transaction() as db:

@@ -4,54 +4,33 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.slurm.client import CliSlurmClient, SlurmClient, merge_reason
+from slurm_gpu.testing import FakeRunner, Response
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "slurm"
 SQUEUE_JSON = (DATA / "squeue-22.05.json").read_text()
 SQUEUE_FORMAT = (DATA / "squeue-22.05-format.txt").read_text()
 SCONTROL = (DATA / "scontrol-d-show-job-22.05.txt").read_text()
 
-Reply = str | SlurmError | Callable[[Sequence[str]], str]
-
-
-class ScriptedRunner:
-    """A CommandRunner: the first matching argv prefix answers; every call is recorded."""
-
-    def __init__(self, replies: dict[tuple[str, ...], Reply]) -> None:
-        self.replies = replies
-        self.calls: list[list[str]] = []
-
-    def __call__(self, argv: Sequence[str]) -> str:
-        self.calls.append(list(argv))
-        for prefix, reply in self.replies.items():
-            if tuple(argv[: len(prefix)]) == prefix:
-                if isinstance(reply, SlurmError):
-                    raise reply
-                return reply(argv) if callable(reply) else reply
-        return ""
-
-    def commands(self) -> list[str]:
-        """Each call as "program subcommand-or-first-arg"."""
-        return [" ".join(call[:2]) for call in self.calls]
-
 
 def _client(
-    replies: dict[tuple[str, ...], Reply] | None = None,
-) -> tuple[CliSlurmClient, ScriptedRunner]:
+    replies: dict[tuple[str, ...], Response] | None = None,
+) -> tuple[CliSlurmClient, FakeRunner]:
     """A client whose runner answers squeue --json and scontrol -d from the 22.05 capture.
 
-    `replies` come first, so they override those defaults.
+    `replies` come first, so they override those defaults; any other command (scontrol
+    update, scancel) prints nothing.
     """
-    table: dict[tuple[str, ...], Reply] = dict(replies or {})
+    table: dict[tuple[str, ...], Response] = dict(replies or {})
     table.setdefault(("squeue", "--json"), SQUEUE_JSON)
     table.setdefault(("scontrol", "-d", "show", "job"), SCONTROL)
-    runner = ScriptedRunner(table)
+    table.setdefault((), "")
+    runner = FakeRunner(table)
     return CliSlurmClient(runner, tz=dt.UTC), runner
 
 
@@ -65,7 +44,7 @@ def _json_with(job_id: int, **fields: object) -> str:
 
 def test_cli_client_is_a_slurm_client() -> None:
     """CliSlurmClient satisfies the SlurmClient protocol."""
-    assert isinstance(CliSlurmClient(ScriptedRunner({})), SlurmClient)
+    assert isinstance(CliSlurmClient(FakeRunner({})), SlurmClient)
 
 
 def test_jobs_fills_gpus_per_node_for_running_jobs() -> None:
@@ -153,8 +132,8 @@ def test_jobs_distrusts_scontrol_disagreeing_with_squeue() -> None:
 
 
 def _cancel_client(
-    replies: dict[tuple[str, ...], Reply] | None = None,
-) -> tuple[CliSlurmClient, ScriptedRunner]:
+    replies: dict[tuple[str, ...], Response] | None = None,
+) -> tuple[CliSlurmClient, FakeRunner]:
     """_client() where job 275 already has an AdminComment ("ticket 42")."""
     table = {("squeue", "--json"): _json_with(275, admin_comment="ticket 42"), **(replies or {})}
     return _client(table)
@@ -324,3 +303,32 @@ def test_merge_reason_keeps_the_summary_token() -> None:
 def test_merge_reason_not_repeated() -> None:
     """The same reason twice is recorded once."""
     assert "slurm-gpu: idle" == merge_reason("slurm-gpu: idle", "idle")
+
+
+def test_gpu_nodes_reads_scontrol_show_node() -> None:
+    """gpu_nodes(): `scontrol -o show node` read into per-node GPU counts."""
+    text = (DATA / "scontrol-o-show-node-22.05.txt").read_text()
+    client, runner = _client({("scontrol", "-o", "show", "node"): text})
+    counts = {n.name: (n.state, n.gpus, n.alloc_gpus) for n in client.gpu_nodes()}
+    assert ({"gpu1": ("MIXED", 4, 2), "gpu2": ("IDLE", 4, 0)}, ["scontrol -o"]) == (
+        counts,
+        runner.commands(),
+    )
+
+
+def test_running_owners_reports_bad_lines() -> None:
+    """running_owners(): {job: owner}; an unparsable squeue line is in problems."""
+    client, _ = _client({("squeue", "-h", "-t", "R,CG"): "7|alice|physics\nnoise\n"})
+    owners = client.running_owners()
+    assert ({7: ("alice", "physics")}, 1) == (
+        {job: (o.user, o.account) for job, o in owners.items()},
+        len(client.problems),
+    )
+
+
+def test_slurm_user_from_show_config() -> None:
+    """slurm_user(): the name before the uid; a config without one is "" and a problem."""
+    config = "SlurmUser               = slurm(64030)\n"
+    named, _ = _client({("scontrol", "show", "config"): config})
+    unnamed, _ = _client({("scontrol", "show", "config"): "ClusterName = testbed\n"})
+    assert ("slurm", "", 1) == (named.slurm_user(), unnamed.slurm_user(), len(unnamed.problems))

@@ -9,7 +9,7 @@ from slurm_gpu.slurm.runner import SlurmCommands
 
 
 def test_output_that_is_not_utf8_is_read_with_replacements(tmp_path: Path) -> None:
-    """A job name in Latin-1 (b"caf\\xe9") does not make the whole listing unreadable."""
+    r"""A job name in Latin-1 (b"caf\xe9") does not make the whole listing unreadable."""
     (tmp_path / "out").write_bytes(b"JobId=1 JobName=caf\xe9\n")
     script = tmp_path / "squeue"
     script.write_text(f"#!/bin/sh\nexec cat {tmp_path / 'out'}\n")

@@ -128,7 +128,7 @@ def test_gres_detail_not_trusted_for_several_nodes() -> None:
 
 
 def test_ping_up() -> None:
-    """ "... is UP" returns quietly."""
+    """A slurmctld that "... is UP" returns quietly."""
     scontrol.check_ping("Slurmctld(primary) at vm is UP\n")
 
 
@@ -150,7 +150,7 @@ def test_sinfo_one_record_per_node() -> None:
 
 
 def test_sinfo_not_responding_flag() -> None:
-    """ "mixed*" is state mixed, not responding."""
+    """A node in state "mixed*" is mixed, and not responding."""
     nodes, _ = scontrol.parse_sinfo_nodes((DATA / "sinfo-nodes.txt").read_text())
     assert ("mixed", False) == (nodes[1].state, nodes[1].responding)
 
@@ -201,8 +201,10 @@ def test_an_absurd_job_id_is_a_problem() -> None:
 
 @pytest.mark.parametrize("text", ["0-999999999", "1024", "0-" + "9" * 5000])
 def test_parse_index_list_refuses_absurd_indices(text: str) -> None:
-    """A node has at most a few hundred GPUs: a larger index is a SlurmError, not a
-    billion-item tuple."""
+    """A node has at most a few hundred GPUs: a larger index is a SlurmError.
+
+    Not a billion-item tuple.
+    """
     with pytest.raises(SlurmError, match="beyond index 1023"):
         scontrol.parse_index_list(text)
 
@@ -211,3 +213,41 @@ def test_parse_index_list_takes_ascii_digits_only() -> None:
     """'²' passes str.isdigit() but is no index: a ValueError like other garbage."""
     with pytest.raises(ValueError, match="bad GPU index range"):
         scontrol.parse_index_list("²")
+
+
+# --- scontrol -o show node ----------------------------------------------------------
+
+
+def test_node_gpus_from_the_capture() -> None:
+    """The 22.05 capture: gpu1 MIXED with 2 of 4 GPUs allocated, gpu2 IDLE with none."""
+    text = (DATA / "scontrol-o-show-node-22.05.txt").read_text()
+    expected = [
+        scontrol.GpuNode("gpu1", "MIXED", 4, 2),
+        scontrol.GpuNode("gpu2", "IDLE", 4, 0),
+    ]
+    assert (expected, []) == scontrol.parse_node_gpus(text)
+
+
+def test_node_gpus_reason_cannot_override_the_counts() -> None:
+    """A drain reason holding `AllocTRES=gres/gpu=0` does not replace the real count."""
+    line = "NodeName=gpu1 State=MIXED+DRAIN CfgTRES=gres/gpu=4 AllocTRES=gres/gpu=3 "
+    line += "Reason=AllocTRES=gres/gpu=0 CfgTRES=gres/gpu=99 [root@2026-12-01T09:00:00]\n"
+    assert ([scontrol.GpuNode("gpu1", "MIXED+DRAIN", 4, 3)], []) == scontrol.parse_node_gpus(line)
+
+
+def test_node_gpus_reports_lines_it_cannot_read() -> None:
+    """A line without NodeName, or with an absurd GPU count, is skipped and described."""
+    text = "No nodes here\nNodeName=gpu9 CfgTRES=gres/gpu=" + "9" * 5000 + "\n"
+    nodes, problems = scontrol.parse_node_gpus(text)
+    assert ([], 2) == (nodes, len(problems))
+    assert problems[0].startswith("scontrol show node: line 1: no NodeName")
+    assert problems[1].startswith("scontrol show node: node 'gpu9': absurd GPU count")
+
+
+def test_slurm_user_from_show_config() -> None:
+    """`SlurmUser = slurm(64030)` names the user; no such line is None."""
+    config = "ClusterName             = testbed\nSlurmUser               = slurm(64030)\n"
+    assert ("slurm", None) == (
+        scontrol.parse_slurm_user(config),
+        scontrol.parse_slurm_user("ClusterName = testbed\n"),
+    )

@@ -298,3 +298,16 @@ def test_json_non_finite_numbers_are_malformed_records(record: str) -> None:
     result = squeue.parse_squeue_json('{"jobs": [' + record + "]}")
     assert ([], 1) == (result.jobs, len(result.problems))
     assert result.problems[0].endswith("; skipped")
+
+
+def test_running_owners_from_the_capture() -> None:
+    """`squeue -h -t R,CG -o %A|%u|%a` on the test bed: job 1 is alice's in physics."""
+    text = (DATA / "squeue-owners-22.05.txt").read_text()
+    assert ({1: squeue.JobOwner("alice", "physics")}, []) == squeue.parse_running_owners(text)
+
+
+def test_running_owners_reports_lines_it_cannot_read() -> None:
+    """A line without three fields or with a non-numeric id is skipped and described."""
+    owners, problems = squeue.parse_running_owners("7|alice|physics\n²|bob|bio\nnoise\n\n")
+    assert ({7: squeue.JobOwner("alice", "physics")}, 2) == (owners, len(problems))
+    assert problems[0].startswith("squeue -o %A|%u|%a: line 2: unparsable")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
-from slurm_gpu.store import convert, rollup
-from slurm_gpu.store.store import Store, describe_url
+from slurm_gpu.store import Store, convert, rollup
+from slurm_gpu.store.urls import describe_url
 
 
 def test_interval_row_round_trip_keeps_pids() -> None:
@@ -16,7 +16,6 @@ def test_interval_row_round_trip_keeps_pids() -> None:
     row = convert.interval_to_row(interval)
     assert row["unallocated_pids"] == "7,8"
     assert convert.row_to_interval(row) == interval
-    assert convert.interval_to_tuple(interval) == tuple(row.values())
 
 
 def test_merge_is_order_independent() -> None:

@@ -13,8 +13,18 @@ CET = dt.timezone(dt.timedelta(hours=1))
 NOW = dt.datetime(2026, 11, 29, 19, 40, 15, tzinfo=UTC)
 
 
-def at(*args: int, tz: dt.tzinfo = UTC) -> float:
-    return dt.datetime(*args, tzinfo=tz).timestamp()
+def at(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    *,
+    tz: dt.tzinfo = UTC,
+) -> float:
+    """The epoch seconds of a wall-clock time in `tz`."""
+    return dt.datetime(year, month, day, hour, minute, second, tzinfo=tz).timestamp()
 
 
 @pytest.mark.parametrize(

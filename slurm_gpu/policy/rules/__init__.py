@@ -5,7 +5,7 @@
 and acts on the verdicts after writing them to the audit log. The same inputs always
 give the same verdicts, which is what the unit tests and the dry run rely on.
 
-Policies (config in `slurm_gpu.policy.settings`):
+Policies (config in `slurm_gpu.config.policy`):
 
 - idle_gpu: a running job whose GPUs are all idle is warned at `warn_after` and cancelled
   at `cancel_after`, but only once a warning for the current idle stretch was recorded at

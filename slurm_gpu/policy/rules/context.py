@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from slurm_gpu.config import Config
+from slurm_gpu.config.policy import JobPolicySettings
 from slurm_gpu.models import Action, Exemption, GpuActivity, SlurmJob, Verdict
 from slurm_gpu.policy.quota_periods import cluster_timezone
-from slurm_gpu.policy.settings import JobPolicySettings
 
 IDLE_GPU = "idle_gpu"
 MAX_RUNTIME = "max_runtime"
@@ -26,11 +26,19 @@ UNALLOCATED_USE = "unallocated_use"
 
 
 def holds_gpus(job: SlurmJob) -> bool:
+    """Whether the job asked for GPUs or was given some (squeue reports either)."""
     return job.gpu_count > 0 or any(indices for _, indices in job.gpus)
 
 
 class Context:
-    """Per-cycle lookups built once: exemption sets, time zone, freshness limit."""
+    """Per-cycle lookups built once: exemption sets, time zone, freshness limit.
+
+    Args:
+        config: The configuration whose policies are evaluated.
+        now: The cycle's time (epoch seconds); no policy reads a clock.
+        exemptions: Exemptions recorded by `slurm-gpu exempt`; expired ones are dropped.
+        warned: When each (job id, policy) was last warned, for the grace periods.
+    """
 
     def __init__(
         self,
@@ -82,7 +90,7 @@ class Context:
         listed = sets.accounts if kind == "account" else sets.users
         return name in listed or self.explicitly_exempt([scope], GPU_QUOTA)
 
-    def clock(self, when: float) -> str:
+    def time_text(self, when: float) -> str:
         """A time as users read it: "14:05" today, "2024-06-03 14:05" otherwise."""
         moment = dt.datetime.fromtimestamp(when, self.tz)
         today = dt.datetime.fromtimestamp(self.now, self.tz).date()
@@ -132,6 +140,19 @@ def job_verdict(
     deadline: float | None = None,
     details: tuple[tuple[str, object], ...] = (),
 ) -> Verdict:
+    """A verdict on one job, its user and account filled in from the job.
+
+    Args:
+        policy: The policy's name (`IDLE_GPU`, `MAX_RUNTIME`, ...).
+        action: What the controller is to do.
+        job: The job the verdict is about.
+        reason: The sentence the user and the audit log read.
+        deadline: When a warned action takes effect, if it has one.
+        details: Figures for the audit log, as (name, value) pairs.
+
+    Returns:
+        The verdict, targeting "job:ID".
+    """
     return Verdict(
         policy=policy,
         action=action,
@@ -160,7 +181,10 @@ def span_text(seconds: float) -> str:
 
 
 def gpu_list(rows: Iterable[GpuActivity]) -> str:
-    """ "GPUs 0,1 on gpu1 and GPU 3 on gpu2" (Slurm indices, as the user's job sees them)."""
+    """GPUs by node for people: "GPUs 0,1 on gpu1 and GPU 3 on gpu2".
+
+    The indices are Slurm's, as the user's job sees them.
+    """
     per_node: dict[str, list[int]] = defaultdict(list)
     for row in rows:
         per_node[row.node].append(row.slurm_index)
@@ -173,6 +197,7 @@ def gpu_list(rows: Iterable[GpuActivity]) -> str:
 
 
 def number_text(value: float) -> str:
+    """A figure for people: "1,234", "12.5", "0.0417" (about three significant digits)."""
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:,.1f}" if abs(value) >= 1 else f"{value:.3g}"

@@ -2,12 +2,16 @@
 
 A job with some idle and some busy GPUs gets a NOTICE, never a cancel; a job with a GPU
 that has no fresh reading gets an Action.NONE verdict, since unknown is not idle.
+
+A GPU is active at or above `[node] active_threshold_percent` (`slurm_gpu.activity`): the
+agent's `last_active` was taken with that key, and the recent mean is judged by it too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from slurm_gpu.activity import is_active
 from slurm_gpu.models import Action, GpuActivity, SlurmJob, Verdict
 from slurm_gpu.policy.rules.context import IDLE_GPU, Context, gpu_list, job_verdict, span_text
 
@@ -15,6 +19,13 @@ MIB = 1024 * 1024
 
 
 def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdict | None:
+    """The idle_gpu verdict for one running job, or None when its GPUs are in use.
+
+    Args:
+        ctx: this cycle's time, config and the warnings already given.
+        job: the running job.
+        rows: the agent's activity rows of the job's GPUs.
+    """
     settings = ctx.config.policy.idle_gpu
     now = ctx.now
     expected = {(node, index) for node, indices in job.gpus for index in indices}
@@ -42,12 +53,13 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         )
 
     floor = settings.memory_floor_mib * MIB
-    threshold = settings.threshold_percent
+    threshold = ctx.config.node.active_threshold_percent
     job_start = job.start_time
     idle_for: list[float] = []
     for row in mine:
         active_at = row.last_active
-        if row.util_recent_percent is not None and row.util_recent_percent >= threshold:
+        recent = row.util_recent_percent
+        if recent is not None and is_active(recent, threshold):
             active_at = row.last_reading if active_at is None else max(active_at, row.last_reading)
         # A process with a bare context is idle; one holding real data is memory-only.
         holds_memory = (row.mem_used_bytes or 0) > floor
@@ -107,7 +119,8 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
             Action.CANCEL,
             job,
             f"Job {job.job_id} cancelled: {gpu_list(mine)} had {since_text} for "
-            f"{span_text(job_idle)}, and the warning at {ctx.clock(warned_at)} went unanswered.",
+            f"{span_text(job_idle)}, and the warning at {ctx.time_text(warned_at)} went"
+            " unanswered.",
             details=(*details, ("warned_at", warned_at)),
         )
     warning = now if warned_at is None else warned_at
@@ -118,7 +131,7 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         job,
         f"{gpu_list(mine)} of job {job.job_id} {'has' if len(mine) == 1 else 'have'} "
         f"{since_text} for {span_text(job_idle)}; the job will be cancelled at "
-        f"{ctx.clock(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used.",
+        f"{ctx.time_text(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used.",
         deadline=deadline,
         details=details,
     )

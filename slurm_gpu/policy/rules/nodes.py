@@ -11,6 +11,10 @@ from slurm_gpu.policy.rules.context import HOT_NODE, UNALLOCATED_USE, Context
 
 
 def hot_node(ctx: Context, health: NodeHealth) -> Verdict | None:
+    """A drain of a node with a GPU too hot, new ECC errors or a lost GPU; None if healthy.
+
+    A node already drained, or exempt by `[policy.hot_node] exempt_nodes`, gets None.
+    """
     settings = ctx.config.policy.hot_node
     if health.drained or health.node in settings.exempt_nodes:
         return None
@@ -39,6 +43,7 @@ def hot_node(ctx: Context, health: NodeHealth) -> Verdict | None:
 
 
 def unallocated_use(ctx: Context, use: UnallocatedUse) -> Verdict | None:
+    """A report of GPU processes outside any allocation; None for exempt nodes or users."""
     settings = ctx.config.policy.unallocated_use
     if use.node in settings.exempt_nodes:
         return None

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from slurm_gpu.config.policy import QuotaRule
 from slurm_gpu.models import Action, QuotaApplied, QuotaUsage, SlurmJob, Verdict
 from slurm_gpu.policy.quota_periods import is_rolling, rolling_days
 from slurm_gpu.policy.rules.context import GPU_QUOTA, Context, number_text
-from slurm_gpu.policy.settings import QuotaRule
 
 _UNIT_NAMES = {"gpu_hours": "GPU-hours", "gpu_mem_hours": "GPU-memory GiB-hours"}
 _UNIT_NAMES["job_hours"] = "job-hours"
@@ -40,6 +40,17 @@ def quotas(
     usage: Sequence[QuotaUsage],
     applied: Sequence[QuotaApplied],
 ) -> list[Verdict]:
+    """The gpu_quota verdicts of one cycle: warnings, actions, and undoing of old actions.
+
+    Args:
+        ctx: The cycle's context.
+        jobs: The cluster's jobs; pending ones in scope are held or moved to another QOS.
+        usage: Measured usage per (scope, unit, period); a rule without it triggers nothing.
+        applied: The quota actions in force, each undone when its reason no longer holds.
+
+    Returns:
+        The verdicts, the undoings last.
+    """
     enabled = ctx.config.policy.gpu_quota.enabled
     rules: dict[tuple[str, str, str], QuotaRule] = {}
     if enabled:

@@ -11,6 +11,11 @@ from slurm_gpu.policy.rules.context import MAX_RUNTIME, Context, job_verdict, sp
 
 
 def max_runtime(ctx: Context, job: SlurmJob) -> Verdict | None:
+    """A warning, cancel or time cap for a job near or past its runtime limit, or None.
+
+    The cancel (or cap) comes only after a warning at least `warn_before` old, so the user
+    always has that long to save their work.
+    """
     settings = ctx.config.policy.max_runtime
     if job.start_time is None:
         return None
@@ -61,7 +66,7 @@ def max_runtime(ctx: Context, job: SlurmJob) -> Verdict | None:
         Action.WARN,
         job,
         f"Job {job.job_id} has run {span_text(elapsed)} and will be {verb} at "
-        f"{ctx.clock(deadline)} by {limit_text}; save your work.",
+        f"{ctx.time_text(deadline)} by {limit_text}; save your work.",
         deadline=deadline,
         details=details,
     )

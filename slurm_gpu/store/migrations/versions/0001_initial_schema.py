@@ -1,4 +1,4 @@
-"""Initial schema: every table of the accounting store
+"""Initial schema: every table of the accounting store.
 
 Revision ID: 0001
 Revises: (none)

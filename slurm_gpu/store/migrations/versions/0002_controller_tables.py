@@ -1,4 +1,4 @@
-"""controller tables: activity, audit, exemptions, lease, notifications, quota actions
+"""Controller tables: activity, audit, exemptions, lease, notifications, quota actions.
 
 Revision ID: 0002
 Revises: 0001
@@ -18,7 +18,6 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     """Apply this revision."""
-
     op.create_table(
         "audit_log",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
@@ -110,7 +109,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Revert this revision."""
-
     op.drop_table("quota_actions")
     with op.batch_alter_table("notifications", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_notifications_user_time"))

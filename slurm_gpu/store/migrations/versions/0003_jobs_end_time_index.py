@@ -1,4 +1,4 @@
-"""index jobs.end_time: the reports' period selection (end_time >= since)
+"""Index jobs.end_time: the reports' period selection (end_time >= since).
 
 Revision ID: 0003
 Revises: 0002

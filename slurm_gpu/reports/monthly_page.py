@@ -1,229 +1,30 @@
-"""Inline SVG charts and HTML tables for the monthly report: no JavaScript, no external URLs.
+"""The monthly report's page: one self-contained HTML document (inline CSS and SVG).
 
-Every text that reaches the page goes through `esc` (html.escape with quotes), since job
+Every text that reaches the page goes through `esc` (reports/widgets.py), since job
 names, users and accounts are whatever users typed into sbatch.
 """
 
 from __future__ import annotations
 
-import html
-import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import datetime as dt
 from typing import TYPE_CHECKING, Any
+
+from slurm_gpu.reports.widgets import (
+    HtmlColumn,
+    col,
+    column_chart,
+    esc,
+    hbar_chart,
+    heat_map,
+    number,
+    table,
+    text_col,
+)
+from slurm_gpu.slurm.timespec import format_elapsed
+from slurm_gpu.units import is_known
 
 if TYPE_CHECKING:
     from slurm_gpu.reports.monthly import MonthlyReport
-
-BAR = "#3b6ea5"
-IDLE = "#d9822b"
-GRID = "#d0d7de"
-INK = "#24292f"
-MUTED = "#57606a"
-
-
-def esc(value: object) -> str:
-    """`value` as page text: &, <, >, " and ' escaped."""
-    return html.escape("" if value is None else str(value), quote=True)
-
-
-def number(value: Any, digits: int = 1) -> str:
-    """A figure with thousands separators; "" for unknown (None, NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return f"{float(value):,.{digits}f}"
-
-
-def _svg(width: int, height: int, label: str, body: list[str]) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" role="img" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{esc(label)}"><title>{esc(label)}</title>' + "".join(body) + "</svg>"
-    )
-
-
-def _text(x: float, y: float, text: str, *, anchor: str = "start", size: int = 12) -> str:
-    return (
-        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" fill="{INK}" '
-        f'text-anchor="{anchor}">{esc(text)}</text>'
-    )
-
-
-def hbar_chart(
-    items: Sequence[tuple[str, float, float]],
-    *,
-    label: str,
-    unit: str,
-    width: int = 950,
-    second: str = "",
-) -> str:
-    """Horizontal bars: (name, value, part of it drawn in the second colour, e.g. idle).
-
-    Args:
-        items: rows, top first.
-        label: the chart's accessible name and title.
-        unit: appended to each value label ("GPU-h").
-        second: legend text of the second colour ("" = no second part, no legend).
-    """
-    row, left, right, top = 22, 170, 110, 24 if second else 6
-    height = top + row * max(len(items), 1) + 6
-    peak = max((v for _, v, _ in items), default=0.0) or 1.0
-    span = width - left - right
-    body: list[str] = []
-    if second:
-        body += [
-            f'<rect x="{left}" y="6" width="12" height="10" fill="{BAR}"/>',
-            _text(left + 16, 15, "total", size=11),
-            f'<rect x="{left + 70}" y="6" width="12" height="10" fill="{IDLE}"/>',
-            _text(left + 86, 15, second, size=11),
-        ]
-    for i, (name, value, part) in enumerate(items):
-        y = top + i * row
-        w = max(span * value / peak, 0.0)
-        shown = name if len(name) <= 24 else name[:23] + "…"
-        body.append(_text(left - 6, y + 15, shown, anchor="end"))
-        body.append(
-            f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{row - 6}" fill="{BAR}"/>'
-        )
-        if second and part > 0:
-            pw = max(span * min(part, value) / peak, 0.0)
-            body.append(
-                f'<rect x="{left}" y="{y + 3}" width="{pw:.1f}" height="{row - 6}" fill="{IDLE}"/>'
-            )
-        body.append(_text(left + w + 6, y + 15, f"{number(value, 2)} {unit}", size=11))
-    return _svg(width, height, label, body)
-
-
-def column_chart(
-    labels: Sequence[str],
-    values: Sequence[float],
-    *,
-    label: str,
-    unit: str,
-    width: int = 950,
-    height: int = 220,
-    every: int = 1,
-) -> str:
-    """Vertical columns with a y axis (0, half, max); every `every`-th x label is written."""
-    left, bottom, top = 64, 28, 12
-    span_x, span_y = width - left - 10, height - top - bottom
-    peak = max(values, default=0.0) or 1.0
-    step = span_x / max(len(values), 1)
-    body: list[str] = []
-    for fraction in (0.0, 0.5, 1.0):
-        y = top + span_y * (1 - fraction)
-        body.append(
-            f'<line x1="{left}" y1="{y:.1f}" x2="{width - 10}" y2="{y:.1f}" stroke="{GRID}"/>'
-        )
-        tick = number(peak * fraction, 0 if peak >= 20 else 2)
-        body.append(_text(left - 6, y + 4, tick, anchor="end", size=11))
-    body.append(_text(4, top + 10, unit, size=11))
-    for i, (name, value) in enumerate(zip(labels, values, strict=True)):
-        h = span_y * max(value, 0.0) / peak
-        x = left + i * step
-        body.append(
-            f'<rect x="{x + step * 0.1:.1f}" y="{top + span_y - h:.1f}" '
-            f'width="{step * 0.8:.1f}" height="{h:.1f}" fill="{BAR}">'
-            f"<title>{esc(name)}: {esc(number(value))} {esc(unit)}</title></rect>"
-        )
-        if i % every == 0:
-            body.append(_text(x + step / 2, height - 10, name, anchor="middle", size=10))
-    return _svg(width, height, label, body)
-
-
-def heat_colour(fraction: float) -> str:
-    """White (0) through amber to dark red (1)."""
-    f = min(max(fraction, 0.0), 1.0)
-    stops = ((255, 255, 255), (253, 186, 74), (189, 0, 38))
-    if f < 0.5:
-        a, b, t = stops[0], stops[1], f / 0.5
-    else:
-        a, b, t = stops[1], stops[2], (f - 0.5) / 0.5
-    r, g, bl = (round(a[k] + (b[k] - a[k]) * t) for k in range(3))
-    return f"#{r:02x}{g:02x}{bl:02x}"
-
-
-def heat_map(
-    rows: Sequence[str],
-    columns: Sequence[str],
-    values: Sequence[Sequence[float]],
-    *,
-    label: str,
-    unit: str = "%",
-    scale: float = 100.0,
-    width: int = 900,
-) -> str:
-    """A grid of cells coloured by value / scale (occupancy %), one row per node."""
-    left, top, legend = 110, 22, 30
-    cell_w = (width - left - 10) / max(len(columns), 1)
-    cell_h = 14 if len(rows) <= 60 else 6
-    height = top + cell_h * len(rows) + legend
-    body: list[str] = []
-    for j, name in enumerate(columns):
-        if j % 2 == 0:
-            body.append(_text(left + (j + 0.5) * cell_w, 14, name, anchor="middle", size=10))
-    for i, (name, line) in enumerate(zip(rows, values, strict=True)):
-        y = top + i * cell_h
-        if cell_h >= 10 or i % 10 == 0:
-            body.append(_text(left - 6, y + min(cell_h, 12) - 1, name, anchor="end", size=10))
-        for j, value in enumerate(line):
-            body.append(
-                f'<rect x="{left + j * cell_w:.1f}" y="{y}" width="{cell_w:.1f}" '
-                f'height="{cell_h}" fill="{heat_colour(value / scale)}" stroke="#eef1f4" '
-                f'stroke-width="0.5">'
-                f"<title>{esc(name)} {esc(columns[j])}: {value:.0f}{esc(unit)}</title></rect>"
-            )
-    y = top + cell_h * len(rows) + 10
-    for k in range(11):
-        body.append(
-            f'<rect x="{left + k * 24}" y="{y}" width="24" height="10" '
-            f'fill="{heat_colour(k / 10)}" stroke="{GRID}"/>'
-        )
-    body.append(_text(left - 6, y + 9, f"0{unit}", anchor="end", size=10))
-    body.append(_text(left + 11 * 24 + 6, y + 9, f"{scale:.0f}{unit}", size=10))
-    return _svg(width, height, label, body)
-
-
-@dataclass(frozen=True)
-class Column:
-    """One table column: header, how to get the cell's text, numeric (right-aligned)."""
-
-    title: str
-    get: Callable[[Mapping[str, Any]], str]
-    numeric: bool = True
-
-
-def col(title: str, key: str, digits: int = 1) -> Column:
-    """A numeric column of `record[key]`."""
-    return Column(title, lambda r: number(r.get(key), digits))
-
-
-def text_col(title: str, key: str) -> Column:
-    """A text column of `record[key]`."""
-    return Column(title, lambda r: "" if r.get(key) is None else str(r.get(key)), numeric=False)
-
-
-def table(columns: Sequence[Column], records: Sequence[Mapping[str, Any]], cls: str = "") -> str:
-    """An HTML table; every cell escaped. A record with "_total" is shown as the totals row."""
-    head = "".join(f'<th class="{"num" if c.numeric else ""}">{esc(c.title)}</th>' for c in columns)
-    lines = []
-    for record in records:
-        total = ' class="total"' if record.get("_total") else ""
-        cells = "".join(
-            f'<td class="{"num" if c.numeric else ""}">{esc(c.get(record))}</td>' for c in columns
-        )
-        lines.append(f"<tr{total}>{cells}</tr>")
-    if not records:
-        lines.append(f'<tr><td colspan="{len(columns)}" class="empty">none</td></tr>')
-    return (
-        f'<table class="{esc(cls)}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(lines)}</tbody></table>"
-    )
-
-
-# ---- the monthly page ------------------------------------------------------------------
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
@@ -262,18 +63,12 @@ HEAT_ROWS = 120  # nodes drawn in the heat map: the busiest and idlest halves be
 
 
 def _when(seconds: float, tz: Any = None) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(seconds, tz).strftime("%Y-%m-%d %H:%M")
 
 
 def _duration(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    s = round(float(value))
-    days, rest = divmod(s, 86400)
-    text = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{text}" if days else text
+    """A queue wait (a mean, a percentile) as `[D-]HH:MM:SS`, to the nearest second."""
+    return format_elapsed(round(float(value))) if is_known(value) else ""
 
 
 def _kpi(key: str, label: str, value: Any, shown: str) -> str:
@@ -362,10 +157,10 @@ def render_page(report: MonthlyReport) -> str:
     ]  # fmt: skip
     queue = [
         table([text_col("Partition", "key"), col("Jobs started", "jobs", 0),
-               Column("Mean", lambda r: _duration(r.get("mean_seconds"))),
-               Column("Median", lambda r: _duration(r.get("median_seconds"))),
-               Column("95th pct", lambda r: _duration(r.get("p95_seconds"))),
-               Column("Max", lambda r: _duration(r.get("max_seconds")))], report.queue),
+               HtmlColumn("Mean", lambda r: _duration(r.get("mean_seconds"))),
+               HtmlColumn("Median", lambda r: _duration(r.get("median_seconds"))),
+               HtmlColumn("95th pct", lambda r: _duration(r.get("p95_seconds"))),
+               HtmlColumn("Max", lambda r: _duration(r.get("max_seconds")))], report.queue),
         '<p class="small">Start - Submit of the jobs that started in the month.</p>',
     ]  # fmt: skip
     nodes = _nodes_part(report)
@@ -380,8 +175,8 @@ def render_page(report: MonthlyReport) -> str:
         "GPUs x the time left until its time limit (Start + Timelimit from sacct) when it "
         "was cancelled; a job with an unknown or unlimited limit is counted under "
         "Limit unknown instead.</p>",
-        table([Column("Time", lambda r: _when(r["time"]), numeric=False), text_col("Kind", "kind"),
-               text_col("Policy", "policy"), text_col("Action", "action"),
+        table([HtmlColumn("Time", lambda r: _when(r["time"]), numeric=False),
+               text_col("Kind", "kind"), text_col("Policy", "policy"), text_col("Action", "action"),
                text_col("Target", "target"), text_col("User", "user"),
                text_col("Outcome", "outcome"), col("GPU-h returned", "gpu_hours_returned", 2),
                text_col("Reason", "reason")],
@@ -430,15 +225,16 @@ def _nodes_part(report: MonthlyReport) -> list[str]:
         [n["node"] for n in shown], report.days, [n["daily_percent"] for n in shown],
         label="GPU occupancy per node and day (%)",
     )  # fmt: skip
-    hot = [n for n in report.nodes if n["hot"]]
+    busy = [n for n in report.nodes if n["busy"]]
     return [
         chart,
         f'<p class="small">Occupancy: the node\'s GPU-hours that day / (its GPUs x 24 h). '
         f"{esc(note)}</p>",
+        # "Hot node" (now "busy") stays until the monthly format's next version.
         table([text_col("Hot node", "node"), col("GPUs", "gpus", 0),
                col("GPU-hours", "gpu_hours", 2), col("Occupancy %", "occupancy_percent"),
                col("Share %", "share_percent")],
-              hot[:30]),
+              busy[:30]),
     ]  # fmt: skip
 
 
@@ -450,6 +246,8 @@ def _definitions() -> str:
         ("Idle GPU-hours", "GPU-hours minus the hours the GPU was above the active "
          "threshold; idle cost is the cost of those hours."),
         ("Occupancy", "GPU-hours / (GPUs in the inventory x hours of the month so far)."),
+        # The old word and key name (now "busy", busy_node_factor) stay until the
+        # monthly format's next version: the page stays byte-identical till then.
         ("Hot node", "a node whose share of GPU-hours exceeds [reports] hot_node_factor "
          "x the mean node's share."),
     )  # fmt: skip

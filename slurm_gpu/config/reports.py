@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
+from slurm_gpu.config._loader import doc
+from slurm_gpu.config.names import check_user_names
 from slurm_gpu.durations import Duration
-from slurm_gpu.settings import doc
 
 CostUnit = Literal["gpu_hour", "gpu_mem_hour", "job_hour"]
 
@@ -24,11 +25,6 @@ def _check_prices(prices: dict[str, float]) -> str | None:
     if bad:
         return f"prices must be >= 0 with non-empty model names; check {', '.join(bad)}"
     return None
-
-
-def _check_names(names: list[str]) -> str | None:
-    bad = [n for n in names if not re.fullmatch(r"[A-Za-z0-9_.@-]+", n)]
-    return f"not a user name: {', '.join(map(json.dumps, bad))}" if bad else None
 
 
 @dataclass(frozen=True)
@@ -67,7 +63,7 @@ class AccessSettings:
         metadata=doc(
             "Users who see every job, besides root, the SlurmUser and Slurm Operators and "
             "Administrators.",
-            check=_check_names,
+            check=check_user_names,
         ),
     )
     slurm_roles: bool = field(
@@ -83,11 +79,15 @@ class AccessSettings:
 class ReportSettings:
     """[reports]: the sacct, report, job and status commands."""
 
-    hot_node_factor: float = field(
+    # Read with a deprecation warning for one release; the next moves it to REMOVED_KEYS.
+    RENAMED_KEYS: ClassVar[dict[str, str]] = {"hot_node_factor": "busy_node_factor"}
+
+    busy_node_factor: float = field(
         default=1.5,
         metadata=doc(
-            "`report nodes` flags a node whose share of GPU-hours exceeds the mean node's "
-            "share by this factor.",
+            "`report nodes` flags a node as busy when its share of GPU-hours exceeds the "
+            "mean node's share by this factor (formerly hot_node_factor, still read with a "
+            "warning).",
             above=0,
         ),
     )

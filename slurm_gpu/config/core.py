@@ -1,16 +1,11 @@
-"""slurm-gpu settings: one TOML file -> frozen dataclasses, every problem reported at once.
+"""The core sections, the root `Config` that holds every section, and which file is read.
 
-The schema is the dataclasses at the top of this module. The loader below is generic: it
-walks the fields and their type hints, so adding a setting means adding one field, with
-its default and a one-line doc, to a section class (or a new section class plus one
-field on `Config`). Nothing else changes: loading, validation, `render_config` and
-`describe_schema` (the config reference) all follow the fields.
+The core sections are [cluster], [store], [node], [slurm] and [logging].
 
-Supported field types: str, int, float, bool, Path, Duration, Literal[...], list[X] and
-tuple[X, ...], dict[str, X], X | None (TOML has no null: None means "not set"), nested
-dataclasses (`[section]` / `[section.sub]` tables) and lists of dataclasses (`[[quota]]`
-arrays of tables). Each field is `field(default=..., metadata=doc("one line", ...))`;
-`doc` also carries the limits (minimum=, maximum=, above=, check=).
+Every setting is one field, with its default and a one-line doc, on a section class (here,
+in `slurm_gpu.config.policy` or in `slurm_gpu.config.reports`); a new section is a class
+plus one field on `Config`. Loading, validation, `render_config` and `describe_schema`
+(the config reference) all follow the fields (`slurm_gpu.config._loader`).
 
 Which file: `--config` beats `$SLURM_GPU_CONFIG` beats `/etc/slurm-gpu/slurm-gpu.toml`.
 A missing default file means built-in defaults (the tool works out of the box); a file
@@ -28,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from slurm_gpu.durations import Duration
-from slurm_gpu.errors import ConfigError
-from slurm_gpu.policy.settings import (
+from slurm_gpu.config._loader import SettingDoc, doc, parse_settings, read_toml
+from slurm_gpu.config._loader import describe_schema as _describe
+from slurm_gpu.config.policy import (
     ControllerSettings,
     NotifySettings,
     PolicySettings,
@@ -39,29 +34,25 @@ from slurm_gpu.policy.settings import (
     check_notify,
     check_quotas,
 )
-from slurm_gpu.reports.settings import AccessSettings, CostSettings, ReportSettings
-from slurm_gpu.settings import (
-    SettingDoc,
-    doc,
-    parse_settings,
-    read_toml,
-    render_config,
-)
-from slurm_gpu.settings import describe_schema as _describe
+from slurm_gpu.config.reports import AccessSettings, CostSettings, ReportSettings
+from slurm_gpu.durations import Duration
+from slurm_gpu.errors import ConfigError
 
 __all__ = [
     "CONFIG_ENV_VAR",
+    "CREDENTIALS_GROUP",
     "DEFAULT_CONFIG_PATH",
+    "ClusterSettings",
     "Config",
-    "SettingDoc",
+    "LogLevel",
+    "LoggingSettings",
+    "NodeSettings",
+    "SlurmSettings",
+    "StoreSettings",
     "describe_schema",
-    "doc",
     "load_config",
     "locate_config",
-    "parse_settings",
     "read_config",
-    "read_toml",
-    "render_config",
 ]
 
 DEFAULT_CONFIG_PATH = Path("/etc/slurm-gpu/slurm-gpu.toml")
@@ -99,7 +90,7 @@ def _check_listen_address(address: str) -> str | None:
 
 @dataclass(frozen=True)
 class ClusterSettings:
-    """[cluster]"""
+    """[cluster]: which Slurm cluster this is."""
 
     name: str = field(
         default="", metadata=doc('Cluster name as Slurm knows it; "" asks Slurm (ClusterName).')
@@ -149,7 +140,10 @@ class NodeSettings:
     active_threshold_percent: float = field(
         default=5.0,
         metadata=doc(
-            "A GPU below this utilization percent counts as idle.", minimum=0, maximum=100
+            "A GPU below this utilization percent is idle, at or above it active: for the"
+            " agent's records, [policy.idle_gpu] and the reports.",
+            minimum=0,
+            maximum=100,
         ),
     )
     write_admin_comment: bool = field(
@@ -198,7 +192,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 @dataclass(frozen=True)
 class LoggingSettings:
-    """[logging]"""
+    """[logging]: how much the tools log."""
 
     level: LogLevel = field(default="INFO", metadata=doc("Least severe log level written."))
 

@@ -1,7 +1,7 @@
 """The controller's settings: [controller], [policy.*], [[quota]] and [notify].
 
 Section classes only; `slurm_gpu.config.Config` holds one field per section and the generic
-loader (`slurm_gpu.settings`) validates them. Checks that relate two keys of one table
+loader (`slurm_gpu.config._loader`) validates them. Checks that relate two keys of one table
 (cancel_after after warn_after, exactly one of user/account in a [[quota]]) are `check=`
 functions on the field that holds the table, so their errors name that table's key
 (`policy.idle_gpu: ...`, `quota: [[quota]] #2: ...`).
@@ -13,10 +13,11 @@ import json
 import re
 import zoneinfo
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
+from slurm_gpu.config._loader import doc
+from slurm_gpu.config.names import check_names, check_user_name, check_user_names
 from slurm_gpu.durations import Duration, format_duration
-from slurm_gpu.settings import doc
 
 __all__ = [
     "QUOTA_ACTION_FORMS",
@@ -59,12 +60,6 @@ def _check_positive_durations(limits: dict[str, float]) -> str | None:
     bad = [name for name, seconds in limits.items() if seconds <= 0]
     if bad:
         return f"{', '.join(bad)}: a runtime limit must be greater than 0"
-    return None
-
-
-def _check_names(names: list[str]) -> str | None:
-    if any(not name.strip() for name in names):
-        return 'names must not be empty ("")'
     return None
 
 
@@ -148,6 +143,7 @@ class ControllerSettings:
 
 
 def check_controller(settings: ControllerSettings) -> str | None:
+    """[controller] as a whole: the lease outlives the interval between cycles."""
     if settings.lease_seconds <= settings.interval:
         return (
             f"lease_seconds ({settings.lease_seconds}) must be longer than interval "
@@ -166,40 +162,47 @@ class JobPolicySettings:
     enabled: bool = field(default=True, metadata=doc("Evaluate this policy."))
     exempt_users: list[str] = field(
         default_factory=list,
-        metadata=doc("Users whose jobs this policy skips.", check=_check_names),
+        metadata=doc("Users whose jobs this policy skips.", check=check_user_names),
     )
     exempt_accounts: list[str] = field(
         default_factory=list,
-        metadata=doc("Slurm accounts whose jobs this policy skips.", check=_check_names),
+        metadata=doc("Slurm accounts whose jobs this policy skips.", check=check_names),
     )
     exempt_partitions: list[str] = field(
         default_factory=list,
-        metadata=doc("Partitions whose jobs this policy skips.", check=_check_names),
+        metadata=doc("Partitions whose jobs this policy skips.", check=check_names),
     )
     exempt_qos: list[str] = field(
-        default_factory=list, metadata=doc("QOS whose jobs this policy skips.", check=_check_names)
+        default_factory=list, metadata=doc("QOS whose jobs this policy skips.", check=check_names)
     )
     exempt_job_name_prefixes: list[str] = field(
         default_factory=list,
-        metadata=doc("Jobs whose name starts with one of these are skipped.", check=_check_names),
+        metadata=doc("Jobs whose name starts with one of these are skipped.", check=check_names),
     )
 
 
 @dataclass(frozen=True)
 class IdleGpuSettings(JobPolicySettings):
-    """[policy.idle_gpu]: warn, then cancel, jobs whose GPUs all sit idle."""
+    """[policy.idle_gpu]: warn, then cancel, jobs whose GPUs all sit idle.
+
+    Which GPU is idle is `[node] active_threshold_percent`'s call: the agent records the
+    active samples with it, and this policy reads the same key (see `slurm_gpu.activity`).
+    """
+
+    REMOVED_KEYS: ClassVar[dict[str, str]] = {
+        "threshold_percent": (
+            "the idle threshold is [node] active_threshold_percent, which the node agent"
+            " records activity with and this policy reads; set the value there"
+        )
+    }
 
     exempt_partitions: list[str] = field(
         default_factory=lambda: ["debug"],
-        metadata=doc("Partitions whose jobs this policy skips.", check=_check_names),
+        metadata=doc("Partitions whose jobs this policy skips.", check=check_names),
     )
     exempt_job_name_prefixes: list[str] = field(
         default_factory=lambda: ["interactive"],
-        metadata=doc("Jobs whose name starts with one of these are skipped.", check=_check_names),
-    )
-    threshold_percent: float = field(
-        default=5.0,
-        metadata=doc("A GPU below this utilization percent is idle.", minimum=0, maximum=100),
+        metadata=doc("Jobs whose name starts with one of these are skipped.", check=check_names),
     )
     warn_after: Duration = field(
         default=Duration(45 * 60.0),
@@ -285,7 +288,7 @@ class HotNodeSettings:
         default=True, metadata=doc("Drain a node on which a GPU fell off the bus (lost).")
     )
     exempt_nodes: list[str] = field(
-        default_factory=list, metadata=doc("Nodes never drained.", check=_check_names)
+        default_factory=list, metadata=doc("Nodes never drained.", check=check_names)
     )
 
 
@@ -296,10 +299,12 @@ class UnallocatedUseSettings:
     enabled: bool = field(default=True, metadata=doc("Evaluate this policy."))
     exempt_users: list[str] = field(
         default_factory=list,
-        metadata=doc("Process owners whose GPU use is allowed (monitoring).", check=_check_names),
+        metadata=doc(
+            "Process owners whose GPU use is allowed (monitoring).", check=check_user_names
+        ),
     )
     exempt_nodes: list[str] = field(
-        default_factory=list, metadata=doc("Nodes not checked.", check=_check_names)
+        default_factory=list, metadata=doc("Nodes not checked.", check=check_names)
     )
 
 
@@ -336,7 +341,9 @@ class QuotaRule:
     """[[quota]]: a GPU budget for one account or one user per period."""
 
     account: str = field(default="", metadata=doc("Slurm account (set this or user)."))
-    user: str = field(default="", metadata=doc("User (set this or account)."))
+    user: str = field(
+        default="", metadata=doc("User (set this or account).", check=check_user_name)
+    )
     period: str = field(
         default="month",
         metadata=doc(
@@ -367,7 +374,7 @@ class QuotaRule:
 
     @property
     def scope(self) -> str:
-        """ "account:NAME" or "user:NAME": what the budget is for."""
+        """What the budget is for: "account:NAME" or "user:NAME"."""
         return f"account:{self.account}" if self.account else f"user:{self.user}"
 
 
@@ -430,6 +437,7 @@ class NotifySettings:
 
 
 def check_notify(settings: NotifySettings) -> str | None:
+    """[notify] as a whole: a password file needs a login to go with it."""
     if settings.smtp_password_file and not settings.smtp_user:
         return "smtp_password_file is set but smtp_user is not"
     return None

@@ -1,19 +1,27 @@
 """The generic half of slurm-gpu's configuration: TOML -> validated frozen dataclasses.
 
-Nothing here knows slurm-gpu's keys; `slurm_gpu.config` holds the schema. The loader walks
-a dataclass's fields and type hints, so a setting is one field with a default and a
-`doc(...)` (its one-line reference text and limits).
+Nothing here knows slurm-gpu's keys; the section modules of `slurm_gpu.config` hold the
+schema. The loader walks a dataclass's fields and type hints, so a setting is one field
+with a default and a `doc(...)` (its one-line reference text and limits).
 
 Supported field types: str, int, float, bool, Path, Duration, Literal[...], list[X] and
 tuple[X, ...], dict[str, X], X | None (TOML has no null: None means "not set"), nested
 dataclasses (`[section]` / `[section.sub]` tables) and lists of dataclasses (`[[quota]]`
 arrays of tables). Errors name the source and the dotted key: `<file>: node.interval: ...`;
 array elements are counted from 1, as an admin counts `[[quota]]` blocks.
+
+A key that an earlier release accepted and this one does not is listed in its section's
+`REMOVED_KEYS` (key -> what to write instead): an old file that still sets it gets an
+error saying where the setting went, never a silent default. A key renamed in this
+release is listed in `RENAMED_KEYS` (old -> new): the old name is still read, for one
+release, as the new one with a deprecation warning logged (`<file>: <old.key>: ...`);
+setting both is an error. The next release moves the old name to `REMOVED_KEYS`.
 """
 
 import dataclasses
 import difflib
 import json
+import logging
 import math
 import re
 import tomllib
@@ -24,6 +32,8 @@ from typing import Any, Literal, NamedTuple, TypeVar, Union, get_args, get_origi
 
 from slurm_gpu.durations import DURATION_FORMS, Duration, format_duration, parse_duration
 from slurm_gpu.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Check = Callable[[Any], str | None]
@@ -91,11 +101,17 @@ def parse_settings(schema: type[T], data: Mapping[str, Any], source: str) -> T:
         data: what tomllib returned.
         source: the file name used in error messages.
 
+    A deprecated key name (a section's `RENAMED_KEYS`) is read as its new name and
+    logged as a warning: `<source>: <dotted.old_key>: deprecated; ...`.
+
     Raises:
         ConfigError: one line per problem: `<source>: <dotted.key>: <what is wrong>`.
     """
     problems: list[tuple[str, str]] = []
-    result = _convert_table(schema, data, "", problems, root=True)
+    deprecated: list[tuple[str, str]] = []
+    result = _convert_table(schema, data, "", problems, deprecated, root=True)
+    for key, message in deprecated:
+        log.warning("%s: %s: %s", source, key, message)
     if problems:
         raise ConfigError([f"{source}: {key}: {message}" for key, message in problems])
     return result  # type: ignore[no-any-return]
@@ -106,15 +122,35 @@ def _convert_table(
     raw: Mapping[str, Any],
     prefix: str,
     problems: list[tuple[str, str]],
+    deprecated: list[tuple[str, str]],
     *,
     root: bool = False,
 ) -> Any:
     hints = get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    removed: Mapping[str, str] = getattr(cls, "REMOVED_KEYS", {})
+    renamed: Mapping[str, str] = getattr(cls, "RENAMED_KEYS", {})
     values: dict[str, Any] = {}
+    given: set[str] = set()
     failed = False
-    for name, value in raw.items():
-        key = prefix + _toml_key(name)
+    for written, value in raw.items():
+        key = prefix + _toml_key(written)
+        name = renamed.get(written, written) if written not in known else written
+        if name != written:  # a deprecated name: read as the new one; problems name `key`
+            new_key = prefix + _toml_key(name)
+            if name in raw:
+                problems.append(
+                    (key, f"the deprecated name of {new_key}, which is set too; remove {written}")
+                )
+                failed = True
+                continue
+            until = "the old name is read until the next release"
+            deprecated.append((key, f"deprecated; renamed {new_key}: write {name} ({until})"))
+        given.add(name)
+        if name not in known and name in removed:
+            problems.append((key, f"no longer supported; {removed[name]}"))
+            failed = True
+            continue
         if name not in known:
             what = "unknown section" if root else "unknown key"
             close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
@@ -126,7 +162,7 @@ def _convert_table(
             continue
         before = len(problems)
         try:
-            converted = _convert(hints[name], value, key, problems)
+            converted = _convert(hints[name], value, key, problems, deprecated)
             if converted is _FAILED:
                 failed = True
                 continue
@@ -138,7 +174,7 @@ def _convert_table(
         else:
             values[name] = converted
     for name, f in known.items():
-        if name not in raw and _is_required(f):
+        if name not in given and _is_required(f):
             problems.append(
                 (prefix + _toml_key(name), f"missing required key ({_describe(hints[name])})")
             )
@@ -150,13 +186,19 @@ def _is_required(f: dataclasses.Field[Any]) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
-def _convert(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> Any:
+def _convert(
+    hint: Any,
+    raw: Any,
+    key: str,
+    problems: list[tuple[str, str]],
+    deprecated: list[tuple[str, str]],
+) -> Any:
     origin, args = get_origin(hint), get_args(hint)
     if origin in (Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
         if len(options) != 1:
             raise TypeError(f"config fields support only X | None unions, not {hint}")
-        return _convert(options[0], raw, key, problems)
+        return _convert(options[0], raw, key, problems, deprecated)
     if hint is Duration:
         if isinstance(raw, bool) or not isinstance(raw, int | float | str):
             raise _Invalid(f"expected a duration ({DURATION_FORMS}), got {_show(raw)}")
@@ -196,14 +238,17 @@ def _convert(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> 
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if not isinstance(raw, dict):
             raise _Invalid(f"expected a table [{key}], got {_show(raw)}")
-        return _convert_table(hint, raw, key + ".", problems)
+        return _convert_table(hint, raw, key + ".", problems, deprecated)
     if origin in (list, tuple):
         item_hint = args[0]
         if origin is tuple and (len(args) != 2 or args[1] is not Ellipsis):
             raise TypeError(f"config fields support only tuple[X, ...], not {hint}")
         if not isinstance(raw, list):
             raise _Invalid(f"expected an array ({_describe(hint)}), got {_show(raw)}")
-        items = [_convert_item(item_hint, v, f"{key}[{i}]", problems) for i, v in enumerate(raw, 1)]
+        items = [
+            _convert_item(item_hint, v, f"{key}[{i}]", problems, deprecated)
+            for i, v in enumerate(raw, 1)
+        ]
         if any(item is _FAILED for item in items):
             return _FAILED
         return items if origin is list else tuple(items)
@@ -213,7 +258,8 @@ def _convert(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> 
         if not isinstance(raw, dict):
             raise _Invalid(f"expected a table ({_describe(hint)}), got {_show(raw)}")
         entries = {
-            k: _convert_item(args[1], v, f"{key}.{_toml_key(k)}", problems) for k, v in raw.items()
+            k: _convert_item(args[1], v, f"{key}.{_toml_key(k)}", problems, deprecated)
+            for k, v in raw.items()
         }
         if any(item is _FAILED for item in entries.values()):
             return _FAILED
@@ -221,9 +267,15 @@ def _convert(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> 
     raise TypeError(f"unsupported config field type {hint!r} at {key}")
 
 
-def _convert_item(hint: Any, raw: Any, key: str, problems: list[tuple[str, str]]) -> Any:
+def _convert_item(
+    hint: Any,
+    raw: Any,
+    key: str,
+    problems: list[tuple[str, str]],
+    deprecated: list[tuple[str, str]],
+) -> Any:
     try:
-        return _convert(hint, raw, key, problems)
+        return _convert(hint, raw, key, problems, deprecated)
     except _Invalid as exc:
         problems.append((key, str(exc)))
         return _FAILED

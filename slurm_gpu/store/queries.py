@@ -1,8 +1,9 @@
-"""Usage queries for the reports (read-only), and the jobs sync writer.
+"""Bulk queries for the reports, the exporter and `slurm-gpu status`, and the jobs sync.
 
-A thin layer over `Store`'s connection handling: the reports read jobs, job GPU summaries
-(finished jobs) and per-interval totals (running jobs) in bulk; `sync_jobs` writes the
-facts sacct knows (submit/start/end, state, name, nodes) into `jobs`.
+Functions of a `Store`, run through its public `reading()` transactions: the reports read
+jobs, job GPU summaries (finished jobs) and per-interval totals (running jobs) in bulk,
+as tuples or numpy arrays; `sync_jobs` writes the facts sacct knows (submit/start/end,
+state, name, nodes) into `jobs`.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def jobs_in_window(
             query = query.where(sa.or_(j.end_time.is_(None), j.end_time >= since))
         queries = [query]
     rows: list[dict[str, Any]] = []
-    with store._read("reading jobs") as conn:
+    with store.reading("reading jobs") as conn:
         for query in queries:
             rows.extend(dict(r) for r in conn.execute(query.order_by(j.job_id)).mappings())
     return rows
@@ -135,7 +136,7 @@ def _column(table: sa.Table, columns: Any, name: str) -> Any:
     return sa.type_coerce(text, sa.String()).label(name)
 
 
-# The `jobs` columns reports/jobs.py reads (cluster and uid it does not).
+# The `jobs` columns reports/frames.py reads (cluster and uid it does not).
 JOB_ROW_COLUMNS = tuple(c.name for c in jobs.columns if c.name not in ("cluster", "uid"))
 
 
@@ -155,7 +156,7 @@ def job_rows_in_window(
     comes in end order; reading the tuples in job order afterwards jumps all over memory).
     """
     rows: list[tuple[Any, ...]] = []
-    with store._read("reading jobs") as conn:
+    with store.reading("reading jobs") as conn:
         for query in _job_queries(store, since, until, job_ids, columns):
             rows.extend(_tuples(conn, query))
     if ordered:
@@ -167,10 +168,12 @@ def job_rows_in_window(
 def job_array_in_window(
     store: Store, since: float | None, until: float | None, dtype: np.dtype[Any]
 ) -> np.ndarray:
-    """The window's `job_rows_in_window` (unordered) as one numpy structured array whose
-    fields (`dtype`, named like the columns) say what is read."""
+    """The window's `job_rows_in_window` (unordered) as one numpy structured array.
+
+    The fields of `dtype`, named like the columns, say what is read.
+    """
     query = _job_queries(store, since, until, (), dtype.names or ())[0]
-    with store._read("reading jobs") as conn:
+    with store.reading("reading jobs") as conn:
         return _array(conn, query, dtype)
 
 
@@ -208,8 +211,10 @@ ARRAY_FETCH_ROWS = 10_000
 
 
 def _batched(cursor: Any) -> Iterator[tuple[Any, ...]]:
-    """A cursor's rows, fetched ARRAY_FETCH_ROWS at a time (an empty batch, a list or
-    PyMySQL's tuple, ends them)."""
+    """A cursor's rows, fetched ARRAY_FETCH_ROWS at a time.
+
+    An empty batch (a list, or PyMySQL's tuple) ends them.
+    """
     while batch := cursor.fetchmany(ARRAY_FETCH_ROWS):
         yield from batch
 
@@ -232,7 +237,7 @@ def _array(conn: sa.Connection, query: Any, dtype: np.dtype[Any]) -> np.ndarray:
     return array
 
 
-# The columns of `summary_rows_*` (reports/jobs.py builds its GPU frame with them).
+# The columns of `summary_rows_*` (reports/frames.py builds its GPU frame with them).
 SUMMARY_ROW_COLUMNS = (
     "job_id",
     "node",
@@ -280,7 +285,8 @@ def summary_rows_in_window(
 
     Args:
         store: the accounting store.
-        since, until: the period (POSIX seconds; None: open).
+        since: start of the period (POSIX seconds; None: open).
+        until: end of the period (POSIX seconds; None: open).
         job_ids_between: the lowest and highest job id of the window's jobs, when the
             caller read them already (`job_rows_in_window`): a redundant bound that lets
             the database walk the summaries' primary key over that range only (Slurm
@@ -296,7 +302,7 @@ def summary_rows_in_window(
     in_python = ordered and _sorted_in_python(store)
     if ordered and not in_python:
         query = query.order_by(s.job_id, s.node, s.gpu_uuid)
-    with store._read("reading job summaries of a period") as conn:
+    with store.reading("reading job summaries of a period") as conn:
         rows = _tuples(conn, query)
     if in_python:
         at = [columns.index(name) for name in ("job_id", "node", "gpu_uuid")]
@@ -311,10 +317,12 @@ def summary_array_in_window(
     job_ids_between: tuple[int, int] | None,
     dtype: np.dtype[Any],
 ) -> np.ndarray:
-    """`summary_rows_in_window` (unordered) as one numpy structured array whose fields
-    (`dtype`, named like the columns) say what is read."""
+    """`summary_rows_in_window` (unordered) as one numpy structured array.
+
+    The fields of `dtype`, named like the columns, say what is read.
+    """
     query = _summary_window_query(store, since, until, job_ids_between, dtype.names or ())
-    with store._read("reading job summaries of a period") as conn:
+    with store.reading("reading job summaries of a period") as conn:
         return _array(conn, query, dtype)
 
 
@@ -347,7 +355,7 @@ def summary_rows_for(
     """`summaries_for` as tuples of `columns` (no object per row)."""
     s = job_gpu_summaries.c
     out: list[tuple[Any, ...]] = []
-    with store._read("reading job summaries") as conn:
+    with store.reading("reading job summaries") as conn:
         for chunk in _chunks(job_ids):
             query = (
                 _summary_select(columns)
@@ -362,7 +370,7 @@ def summaries_for(store: Store, job_ids: Sequence[int]) -> list[JobGpuSummary]:
     """Job GPU summaries of these jobs (finished jobs), ordered by job, node, GPU."""
     s = job_gpu_summaries.c
     out: list[JobGpuSummary] = []
-    with store._read("reading job summaries") as conn:
+    with store.reading("reading job summaries") as conn:
         for chunk in _chunks(job_ids):
             query = (
                 sa.select(job_gpu_summaries)
@@ -399,7 +407,7 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
         sa.func.count().label("n"),
     )
     out: list[IntervalTotals] = []
-    with store._read("reading GPU intervals of jobs") as conn:
+    with store.reading("reading GPU intervals of jobs") as conn:
         for chunk in _chunks(job_ids):
             query = (
                 sa.select(*query_cols)
@@ -437,14 +445,14 @@ def recent_intervals(store: Store, since: float) -> list[dict[str, Any]]:
     """Every interval row (all GPUs, attributed or not) ending after `since`, newest last."""
     t = gpu_intervals.c
     query = sa.select(gpu_intervals).where(t.period_end > since).order_by(t.period_start)
-    with store._read("reading recent GPU intervals") as conn:
+    with store.reading("reading recent GPU intervals") as conn:
         return [dict(r) for r in conn.execute(query).mappings()]
 
 
 def gpu_models(store: Store) -> dict[str, str]:
     """{gpu_uuid: model} from the inventory."""
     i = gpu_inventory.c
-    with store._read("reading GPU models") as conn:
+    with store.reading("reading GPU models") as conn:
         return {r.uuid: r.model for r in conn.execute(sa.select(i.uuid, i.model))}
 
 
@@ -452,16 +460,18 @@ def gpus_per_node(store: Store) -> dict[str, int]:
     """{node: number of GPUs in its inventory}."""
     i = gpu_inventory.c
     query = sa.select(i.node, sa.func.count()).group_by(i.node)
-    with store._read("counting GPUs per node") as conn:
+    with store.reading("counting GPUs per node") as conn:
         return {node: int(count) for node, count in conn.execute(query)}
 
 
 def gpus_used_on(store: Store, nodes: Sequence[str], since: float, until: float) -> dict[str, int]:
-    """{node: distinct GPUs in job summaries of [since, until] on it}, for nodes the GPU
-    inventory lacks (no agent registered them: a node since removed, say)."""
+    """{node: distinct GPUs in job summaries of [since, until] on it}.
+
+    For nodes the GPU inventory lacks (no agent registered them: a node since removed, say).
+    """
     s = job_gpu_summaries.c
     out: dict[str, int] = {}
-    with store._read("counting GPUs used per node") as conn:
+    with store.reading("counting GPUs used per node") as conn:
         for chunk in _chunks(nodes):
             query = (
                 sa.select(s.node, sa.func.count(sa.distinct(s.gpu_uuid)))

@@ -1,0 +1,191 @@
+# shellcheck shell=sh
+# slurm-gpu-hooks.sh: what the slurm-gpu prolog and epilog share, sourced by both with
+# `.` (a builtin: no fork). Not a hook itself, and not executable: keep it out of a
+# prolog.d directory, where slurmd would try to run it.
+#
+# The hook sets HOOK (its name), the EXIT trap and `set -f` before sourcing this file,
+# then calls hook_begin, which reads the config, the node and the job, and makes sure
+# the state directories exist. On return these are set for the hook:
+#   node job  the cleaned SLURMD_NODENAME (or hostname) and SLURM_JOB_ID
+#   gpus      Slurm's GPU indices of the job, "0,1" (may be empty)
+#   body      the key=value lines both hooks write after job_id (uid ... het ids)
+#   nd        $STATE_DIR/$node, with bindings/ and events/ in it
+# When there is nothing to record (no job id, no node name, no state dir), hook_begin
+# logs why and exits 0 itself.
+#
+# Rules (DESIGN.md "Rules that make it trustworthy"), which every line here keeps:
+# - Exit 0 whatever happens: a prolog or epilog that exits non-zero drains the node
+#   (https://slurm.schedmd.com/prolog_epilog.html).
+# - Milliseconds: POSIX sh builtins only; the only external program here is mkdir,
+#   run when the state directories are missing, and logger on the failure path.
+# - Environment values are data, never code: ids must be digits, names keep only
+#   [A-Za-z0-9._@-]; nothing is eval'd and the config is parsed, not sourced.
+# - Failures are logged as one line (LOG_FILE, plus syslog via logger).
+
+STATE_DIR=/var/lib/slurm-gpu/node
+LOG_FILE=/var/log/slurm-gpu/hooks.log
+SYSLOG=yes
+node=
+job=
+
+# log MESSAGE: one line, what failed and where. Failure path only.
+log() {
+    msg="$HOOK: node=${node:-?} job=${job:-?}: $*"
+    if ! { printf '%s\n' "$msg" >>"$LOG_FILE"; } 2>/dev/null; then
+        /bin/mkdir -p -- "${LOG_FILE%/*}" 2>/dev/null
+        { printf '%s\n' "$msg" >>"$LOG_FILE"; } 2>/dev/null
+    fi
+    if [ "$SYSLOG" = yes ] && [ -x /usr/bin/logger ]; then
+        /usr/bin/logger -t slurm-gpu-hook -- "$msg" </dev/null >/dev/null 2>&1
+    fi
+}
+
+# clean VALUE: r = VALUE with only [A-Za-z0-9._@-] kept (at most 128 chars).
+clean() {
+    case $1 in
+    *[!A-Za-z0-9._@-]*) ;;
+    *) r=$1; [ ${#r} -le 128 ] && return ;;
+    esac
+    r=
+    s=$1
+    i=0
+    while [ -n "$s" ] && [ $i -lt 128 ]; do
+        t=${s#?}
+        c=${s%"$t"}
+        s=$t
+        case $c in [A-Za-z0-9._@-]) r=$r$c; i=$((i + 1)) ;; esac
+    done
+}
+
+# digits VALUE: r = VALUE if it is 1-19 digits, else empty.
+digits() {
+    case $1 in
+    '' | *[!0-9]*) r= ;;
+    *) if [ ${#1} -le 19 ]; then r=$1; else r=; fi ;;
+    esac
+}
+
+# conf_path KEY VALUE: r = VALUE if it is a plain absolute path, else log.
+conf_path() {
+    case $2 in
+    /*[!A-Za-z0-9._/@+-]* | '' | [!/]*)
+        log "config $conf: $1 is not an absolute path of [A-Za-z0-9._/@+-], default kept"
+        return 1 ;;
+    esac
+    r=$2
+}
+
+# read_conf: STATE_DIR, LOG_FILE, SYSLOG from slurm-gpu-hooks.conf next to the hook
+# (next to a symlink, not its target), else /etc/slurm-gpu/hooks.conf, else defaults.
+# Parsed line by line with the read builtin; never sourced (we run as root).
+read_conf() {
+    case $0 in */*) conf=${0%/*}/slurm-gpu-hooks.conf ;; *) conf=./slurm-gpu-hooks.conf ;; esac
+    [ -f "$conf" ] || conf=/etc/slurm-gpu/hooks.conf
+    [ -f "$conf" ] || return 0
+    n=0
+    bad=
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        if [ $n -gt 1000 ]; then
+            bad="$bad ${n}+(too long, rest ignored)"
+            break
+        fi
+        case $line in
+        '' | '#'*) continue ;;
+        *=*) k=${line%%=*} v=${line#*=} ;;
+        *) bad="$bad $n"; continue ;;
+        esac
+        case $k in
+        STATE_DIR) conf_path STATE_DIR "$v" && STATE_DIR=$r ;;
+        LOG_FILE) conf_path LOG_FILE "$v" && LOG_FILE=$r ;;
+        SYSLOG) case $v in yes | no) SYSLOG=$v ;; *) bad="$bad $n" ;; esac ;;
+        '' | [0-9]* | *[!A-Za-z0-9_]*) bad="$bad $n" ;;
+        *) ;; # unknown key: ignored (newer config, older hook)
+        esac
+        line=
+    done <"$conf" 2>/dev/null || log "config $conf: unreadable, defaults used"
+    [ -z "$bad" ] || log "config $conf: malformed line(s)$bad ignored"
+}
+
+# read_node: node = slurmd's name (several slurmd may share one host), else the
+# kernel's short hostname read without forking. Exits 0 when there is none.
+read_node() {
+    clean "$SLURMD_NODENAME"
+    node=$r
+    if [ -z "$node" ]; then
+        { read -r h </proc/sys/kernel/hostname; } 2>/dev/null || { read -r h </etc/hostname; } 2>/dev/null
+        clean "${h%%.*}"
+        node=$r
+    fi
+    case $node in
+    '' | .*) log "no usable SLURMD_NODENAME or hostname, nothing written"; exit 0 ;;
+    esac
+}
+
+# read_gpus: gpus = the job's GPUs as Slurm's indices, "0,1" (ranges "0-3" accepted).
+# Falls back to CUDA_VISIBLE_DEVICES only when SLURM_JOB_GPUS is absent altogether.
+read_gpus() {
+    if [ "${SLURM_JOB_GPUS+set}" = set ]; then list=$SLURM_JOB_GPUS; else list=$CUDA_VISIBLE_DEVICES; fi
+    gpus=
+    IFS=,
+    for g in $list; do
+        case $g in
+        *-*)
+            digits "${g%%-*}"; a=$r
+            digits "${g#*-}"; b=$r
+            if [ -n "$a" ] && [ -n "$b" ] && [ ${#a} -le 4 ] && [ ${#b} -le 4 ] &&
+                [ "$a" -le "$b" ] && [ $((b - a)) -lt 64 ]; then
+                while [ "$a" -le "$b" ]; do gpus=$gpus${gpus:+,}$((a + 0)); a=$((a + 1)); done
+            fi ;;
+        *)
+            digits "$g"
+            [ -z "$r" ] || gpus=$gpus${gpus:+,}$r ;;
+        esac
+    done
+    unset IFS
+}
+
+# read_body: body = the job's cleaned fields as key=value lines, one per line, in the
+# order conf/slurm-hooks.md documents; the array and het ids only when slurmd set them.
+read_body() {
+    digits "$SLURM_JOB_UID"; uid=$r
+    clean "$SLURM_JOB_USER"; user=$r
+    clean "$SLURM_JOB_ACCOUNT"; account=$r
+    clean "$SLURM_JOB_PARTITION"; partition=$r
+    clean "$SLURM_CLUSTER_NAME"; cluster=$r
+    body="uid=$uid
+user=$user
+account=$account
+partition=$partition
+cluster=$cluster
+"
+    if [ -n "$SLURM_ARRAY_JOB_ID" ]; then digits "$SLURM_ARRAY_JOB_ID"; body="${body}array_job_id=$r
+"; fi
+    if [ -n "$SLURM_ARRAY_TASK_ID" ]; then digits "$SLURM_ARRAY_TASK_ID"; body="${body}array_task_id=$r
+"; fi
+    if [ -n "$SLURM_HET_JOB_ID" ]; then digits "$SLURM_HET_JOB_ID"; body="${body}het_job_id=$r
+"; fi
+    if [ -n "$SLURM_HET_JOB_OFFSET" ]; then digits "$SLURM_HET_JOB_OFFSET"; body="${body}het_job_offset=$r
+"; fi
+}
+
+# hook_begin: everything both hooks do before writing (see the top of this file).
+hook_begin() {
+    read_conf
+    read_node
+    digits "$SLURM_JOB_ID"
+    job=$r
+    if [ -z "$job" ]; then
+        log "SLURM_JOB_ID missing or not digits, nothing written"
+        exit 0
+    fi
+    read_gpus
+    read_body
+    nd=$STATE_DIR/$node
+    if ! { [ -d "$nd/bindings" ] && [ -d "$nd/events" ]; }; then
+        if ! /bin/mkdir -p -- "$nd/bindings" "$nd/events" 2>/dev/null; then
+            log "cannot create $nd/{bindings,events}, nothing written"
+            exit 0
+        fi
+    fi
+}

@@ -1,0 +1,63 @@
+"""`slurm-gpu policy backtest`: try the job policies on the stored history."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from slurm_gpu.app import App
+from slurm_gpu.cli.context import pass_app
+from slurm_gpu.cli.params import sacct_time
+from slurm_gpu.durations import parse_duration
+from slurm_gpu.policy.backtest import BacktestResult, backtest
+
+
+@click.group("policy")
+def policy_group() -> None:
+    """Policies: try them on history before enforcing."""
+
+
+@policy_group.command("backtest")
+@click.option("-S", "--starttime", "start", required=True, help="From (sacct time formats).")
+@click.option("-E", "--endtime", "end", default="now", show_default=True, help="Until.")
+@click.option("--step", default=None, help="Replay step (default: [controller] interval).")
+@click.option("--json", "as_json", is_flag=True, help="JSON output.")
+@pass_app
+def backtest_cmd(app: App, start: str, end: str, step: str | None, as_json: bool) -> None:
+    """What idle_gpu and max_runtime would have done over the stored history."""
+    since = sacct_time(start, "-S/--starttime")
+    until = sacct_time(end, "-E/--endtime")
+    assert since is not None and until is not None  # both options always have a value
+    try:
+        step_seconds = parse_duration(step) if step else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--step") from None
+    result = backtest(app.store, app.config, since, until, step_seconds)
+    if as_json:
+        click.echo(json.dumps(_document(result), indent=2))
+        return
+    click.echo(f"{result.jobs} GPU jobs replayed every {result.step:g}s")
+    for name, outcome in result.policies.items():
+        click.echo(
+            f"{name}: warned {len(outcome.warned)} {sorted(outcome.warned)}; "
+            f"cancelled {len(outcome.cancelled)} {sorted(outcome.cancelled)}; "
+            f"GPU-hours returned {outcome.gpu_hours_returned:.2f}"
+        )
+
+
+def _document(result: BacktestResult) -> dict[str, object]:
+    """`--json`'s document: the period, the jobs replayed, each policy's decisions."""
+    return {
+        "since": result.since,
+        "until": result.until,
+        "jobs": result.jobs,
+        "policies": {
+            name: {
+                "warned": sorted(o.warned),
+                "cancelled": sorted(o.cancelled),
+                "gpu_hours_returned": round(o.gpu_hours_returned, 4),
+            }
+            for name, o in result.policies.items()
+        },
+    }

@@ -1,0 +1,162 @@
+"""The outbox codec: how the spool's rows are encoded for shipping, and decoded back.
+
+Each outbox row is a kind, an idempotency key and a JSON payload. The payload of an
+`interval`, `event`, `summary` or `activity` row is its model's fields (`asdict`), an
+`inventory` row is `{"devices": [GpuDevice fields...], "seen_at": seconds}`.
+
+The outbox is written by this program, but it is a file on a node's disk that outlives
+upgrades and can be damaged: a payload is checked field by field on the way out, so a
+bad row is an OutboxError naming the row kind and field, never a TypeError deep in the
+store.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from typing import Any, TypeVar
+
+from slurm_gpu.errors import SlurmGpuError, brief
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+)
+
+_M = TypeVar("_M")
+_INT_RANGE = 2**63  # the store's BIGINT
+
+
+class OutboxError(SlurmGpuError):
+    """An outbox row does not decode into its model (a damaged payload, an unknown kind)."""
+
+
+def encode(payload: Any) -> str:
+    """A JSON-able payload (a model's `asdict`, plain dicts and lists) as outbox JSON.
+
+    Raises:
+        TypeError: the payload holds a value JSON cannot carry.
+    """
+    return json.dumps(payload, default=_jsonable)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, JobEventKind):
+        return value.value
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def decode_interval(payload: str) -> GpuInterval:
+    """An outbox `interval` payload back into its model. Raises OutboxError."""
+    return _decode_model("interval", GpuInterval, _load("interval", payload))
+
+
+def decode_event(payload: str) -> JobEvent:
+    """An outbox `event` payload back into its model. Raises OutboxError."""
+    return _decode_model("event", JobEvent, _load("event", payload))
+
+
+def decode_summary(payload: str) -> JobGpuSummary:
+    """An outbox `summary` payload back into its model. Raises OutboxError."""
+    return _decode_model("summary", JobGpuSummary, _load("summary", payload))
+
+
+def decode_activity(payload: str) -> GpuActivity:
+    """An outbox `activity` payload back into its model. Raises OutboxError."""
+    return _decode_model("activity", GpuActivity, _load("activity", payload))
+
+
+def decode_inventory(payload: str) -> tuple[list[GpuDevice], float]:
+    """An outbox `inventory` payload: (devices, seen_at). Raises OutboxError."""
+    data = _load("inventory", payload)
+    if not isinstance(data, dict) or set(data) != {"devices", "seen_at"}:
+        raise OutboxError(
+            f"outbox inventory row: expected an object with devices and seen_at, got {_brief(data)}"
+        )
+    devices = data["devices"]
+    if not isinstance(devices, list):
+        raise OutboxError(f"outbox inventory row: devices: expected a list, got {_brief(devices)}")
+    seen_at = _decode_value("inventory", "seen_at", float, data["seen_at"])
+    assert isinstance(seen_at, float)
+    return [_decode_model("inventory", GpuDevice, d) for d in devices], seen_at
+
+
+def _load(kind: str, payload: str) -> Any:
+    try:
+        return json.loads(payload)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too-long integers
+        raise OutboxError(f"outbox {kind} row: payload is not JSON ({exc})") from None
+
+
+def _decode_model(kind: str, model: type[_M], data: Any) -> _M:
+    if not isinstance(data, dict):
+        raise OutboxError(f"outbox {kind} row: expected a JSON object, got {_brief(data)}")
+    fields = {f.name: f for f in dataclasses.fields(model) if f.init}  # type: ignore[arg-type]
+    unknown = sorted(str(name) for name in data if name not in fields)
+    if unknown:
+        raise OutboxError(f"outbox {kind} row: unknown field {_brief(unknown[0])}")
+    hints = _hints(model)
+    values: dict[str, Any] = {}
+    for name, f in fields.items():
+        if name in data:
+            values[name] = _decode_value(kind, name, hints[name], data[name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise OutboxError(f"outbox {kind} row: field {name} is missing")
+    return model(**values)
+
+
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(model: type[Any]) -> dict[str, Any]:
+    if model not in _HINTS:  # resolving the string annotations is slow: once per model
+        _HINTS[model] = typing.get_type_hints(model)
+    return _HINTS[model]
+
+
+def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
+    """One field, checked against its annotation.
+
+    The annotations the models use: str, int, float, the enum, X | None, tuple[int, ...].
+    """
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        (hint,) = [a for a in args if a is not type(None)]
+        what = _EXPECTED.get(hint, "a value") + " or null"
+    else:
+        what = _EXPECTED.get(hint, "a list of integers")
+    if hint is str and isinstance(value, str):
+        return value
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is int and number and isinstance(value, int) and -_INT_RANGE < value < _INT_RANGE:
+        return value
+    if hint is float and number:
+        try:
+            result = float(value)
+        except OverflowError:  # an integer beyond a float's range
+            result = math.inf
+        if math.isfinite(result):
+            return result
+    if isinstance(hint, type) and issubclass(hint, JobEventKind) and value in list(hint):
+        return hint(value)
+    if typing.get_origin(hint) is tuple and isinstance(value, list):
+        return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
+    if isinstance(hint, type) and issubclass(hint, JobEventKind):
+        what = "one of " + ", ".join(k.value for k in hint)
+    raise OutboxError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
+
+
+_EXPECTED = {str: "a string", int: "an integer", float: "a finite number"}
+
+
+def _brief(value: Any) -> str:
+    """A payload value as JSON, for a problem line (errors.brief)."""
+    return brief(value, 60, lambda v: json.dumps(v, default=str))

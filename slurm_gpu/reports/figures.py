@@ -1,0 +1,256 @@
+"""The figures every report shows, declared once and computed once, over column arrays.
+
+A report figure (`FIGURE_KEYS`: GPU-hours, utilization, idle GPU-hours, energy, cost,
+queue wait, ...) is a sum or a mean over GPU rows: one row per job and GPU, prorated to
+the period (reports/summary.py `prorated`). A job's totals (`JOB_TOTAL_KEYS`, the sacct
+rows) are the same sums over the job's GPU rows, in seconds, bytes and joules.
+
+`Groups` computes them for every group at once: the rows are stably sorted by group, so
+each group is one slice of every column array and keeps its rows' order. A sum over a
+slice then adds the same numbers in the same order as pandas does over the group's part
+(`rows.groupby(key, sort=True)`), with a few numpy calls per group instead of a frame per
+group. `Groups(rows)` (no key) is one group of every row in row order: the totals.
+
+Utilization is weighted by GPU-seconds over the rows that have a mean utilization;
+queue wait (Start - Submit) counts each job once, at its first row; its 95th percentile
+interpolates linearly (numpy's and pandas' default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FIGURE_KEYS = (
+    "jobs",
+    "users",
+    "gpu_hours",
+    "gpu_mem_hours",
+    "util_mean_percent",
+    "active_gpu_hours",
+    "idle_gpu_hours",
+    "idle_percent",
+    "energy_kwh",
+    "cost",
+    "queue_wait_mean",
+    "queue_wait_p95",
+)
+"""What a report row shows (`slurm-gpu report`, the monthly tables), in this order."""
+
+JOB_TOTAL_KEYS = (
+    "gpu_model",
+    "gpu_seconds",
+    "active_seconds",
+    "idle_seconds",
+    "util_mean_percent",
+    "util_max_percent",
+    "mem_max_bytes",
+    "mem_gib_seconds",
+    "energy_joules",
+    "cost",
+    "data_until",
+    "source",
+)
+"""What a job's record (a sacct row) sums from its GPU rows, in this order."""
+
+# Above this many rows, the first row of each job is found by hashing (pandas) rather
+# than by sorting (np.unique): a month's totals have ~10^6 rows, a group ~10^3.
+_HASH_FROM = 4096
+
+
+class Groups:
+    """GPU rows grouped like `rows.groupby(key, sort=True)`, as slices of column arrays.
+
+    Attributes:
+        keys: the group keys, sorted (rows whose key is missing are in no group).
+        bounds: each group's [start, end) in group order.
+        order: the row positions in group order.
+    """
+
+    def __init__(self, rows: pd.DataFrame, key: str | None = None) -> None:
+        """Group `rows` by the column `key`; None: one group of every row, in row order."""
+        self.rows = rows
+        self._columns: dict[str, np.ndarray] = {}
+        if key is None:
+            self.keys: list[Any] = [None]
+            self.bounds = [(0, len(rows))]
+            self.order: np.ndarray | None = None
+            return
+        codes, uniques = pd.factorize(rows[key], sort=True)
+        # Few groups: as int16 the stable sort is a radix sort (same order, ~5x faster).
+        narrow = codes.astype(np.int16) if len(uniques) < 2**15 else codes
+        order = np.argsort(narrow, kind="stable")
+        self.order = order[codes[order] >= 0]  # groupby leaves missing keys out
+        counts = np.bincount(codes[codes >= 0], minlength=len(uniques))
+        ends = np.cumsum(counts)
+        self.keys = list(uniques)
+        self.bounds = list(zip((ends - counts).tolist(), ends.tolist(), strict=True))
+
+    def positions(self) -> np.ndarray:
+        """The row positions in group order."""
+        return np.arange(len(self.rows)) if self.order is None else self.order
+
+    def _in_order(self, array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array if self.order is None else array[self.order])
+
+    def column(self, name: str) -> np.ndarray:
+        """The column in group order, as floats (NaN where missing)."""
+        if name not in self._columns:
+            values = pd.to_numeric(self.rows[name]).to_numpy(dtype=float, na_value=np.nan)
+            self._columns[name] = self._in_order(values)
+        return self._columns[name]
+
+    def codes(self, name: str) -> np.ndarray:
+        """The column's factorized codes in group order (-1: missing)."""
+        key = f"codes:{name}"
+        if key not in self._columns:
+            codes, _ = pd.factorize(self.rows[name])
+            self._columns[key] = self._in_order(codes)
+        return self._columns[key]
+
+    def values(self, name: str) -> np.ndarray:
+        """The column in group order, in its own dtype (texts as objects)."""
+        key = f"values:{name}"
+        if key not in self._columns:
+            self._columns[key] = self._in_order(self.rows[name].to_numpy())
+        return self._columns[key]
+
+    def sum(self, name: str, a: int, b: int) -> float:
+        """`part[name].sum()` of the group [a, b) (NaN counted as 0, like pandas)."""
+        return _sum(self.column(name)[a:b])
+
+    def figures(self) -> list[tuple[Any, dict[str, Any]]]:
+        """`(key, figures)` for every group, in key order; figures keyed by FIGURE_KEYS."""
+        gpu = self.column("gpu_seconds")
+        util = self.column("util_mean_percent")
+        energy = self.column("energy_joules")
+        wait = self.column("queue_wait")
+        job = self.codes("job_id")
+        user = self.codes("user")
+        out = []
+        for key, (a, b) in zip(self.keys, self.bounds, strict=True):
+            gpu_seconds = self.sum("gpu_seconds", a, b)
+            active = self.sum("active_seconds", a, b)
+            idle = max(gpu_seconds - active, 0.0)
+            firsts = _first_rows(job[a:b])
+            waits = wait[a:b][firsts]
+            waits = waits[~np.isnan(waits)]
+            used = _not_nan(energy[a:b])
+            figures = {
+                "jobs": int((job[a:b][firsts] >= 0).sum()),
+                "users": _distinct(user[a:b]),
+                "gpu_hours": gpu_seconds / 3600.0,
+                "gpu_mem_hours": self.sum("mem_gib_seconds", a, b) / 3600.0,
+                "util_mean_percent": _weighted(util[a:b], gpu[a:b]),
+                "active_gpu_hours": active / 3600.0,
+                "idle_gpu_hours": idle / 3600.0,
+                "idle_percent": 100.0 * idle / gpu_seconds if gpu_seconds > 0 else None,
+                "energy_kwh": float(used.sum()) / 3.6e6 if len(used) else None,
+                "cost": self.sum("cost", a, b),
+                "queue_wait_mean": float(waits.sum() / len(waits)) if len(waits) else None,
+                "queue_wait_p95": float(np.percentile(waits, 95.0)) if len(waits) else None,
+            }
+            out.append((key, figures))
+        return out
+
+    def job_totals(self) -> list[tuple[Any, dict[str, Any]]]:
+        """`(key, totals)` for every group, totals keyed by JOB_TOTAL_KEYS.
+
+        Utilization: weighted by GPU-seconds; where the rows with readings have no
+        GPU-seconds, their plain mean.
+        """
+        gpu = self.column("gpu_seconds")
+        util = self.column("util_mean_percent")
+        util_max = self.column("util_max_percent")
+        mem_max = self.column("mem_max_bytes")
+        energy = self.column("energy_joules")
+        models = self.values("gpu_model")
+        sources = self.values("source")
+        until = self.values("data_until")
+        has_cost = "cost" in self.rows
+        out = []
+        for key, (a, b) in zip(self.keys, self.bounds, strict=True):
+            if a == b:
+                out.append((key, empty_job_totals()))
+                continue
+            gpu_seconds = self.sum("gpu_seconds", a, b)
+            active = self.sum("active_seconds", a, b)
+            mean = _weighted(util[a:b], gpu[a:b])
+            if mean is None:
+                readings = _not_nan(util[a:b])
+                mean = float(readings.sum() / len(readings)) if len(readings) else None
+            peak_util, peak_mem = _not_nan(util_max[a:b]), _not_nan(mem_max[a:b])
+            used = _not_nan(energy[a:b])
+            totals = {
+                "gpu_model": ",".join(sorted({str(m) for m in models[a:b] if m})),
+                "gpu_seconds": gpu_seconds,
+                "active_seconds": active,
+                "idle_seconds": max(gpu_seconds - active, 0.0),
+                "util_mean_percent": mean,
+                "util_max_percent": float(peak_util.max()) if len(peak_util) else None,
+                "mem_max_bytes": int(peak_mem.max()) if len(peak_mem) else None,
+                "mem_gib_seconds": self.sum("mem_gib_seconds", a, b),
+                "energy_joules": float(used.sum()) if len(used) else None,
+                "cost": self.sum("cost", a, b) if has_cost else 0.0,
+                "data_until": pd.Series(until[a:b]).max(),
+                "source": ",".join(sorted({str(s) for s in sources[a:b]})),
+            }
+            out.append((key, totals))
+        return out
+
+
+def figures(rows: pd.DataFrame) -> dict[str, Any]:
+    """The report figures (FIGURE_KEYS) of all `rows` together: a totals row."""
+    return Groups(rows).figures()[0][1]
+
+
+def grouped_figures(rows: pd.DataFrame, key: str) -> list[tuple[Any, dict[str, Any]]]:
+    """`(value, figures)` per distinct `rows[key]`, in sorted order."""
+    return Groups(rows, key).figures()
+
+
+def empty_job_totals() -> dict[str, Any]:
+    """The totals of a job with no GPU rows."""
+    return {
+        **dict.fromkeys(JOB_TOTAL_KEYS),
+        **dict.fromkeys(("gpu_model", "source"), ""),
+        **dict.fromkeys(("gpu_seconds", "active_seconds", "idle_seconds"), 0.0),
+        **dict.fromkeys(("mem_gib_seconds", "cost"), 0.0),
+    }
+
+
+def _sum(values: np.ndarray) -> float:
+    """pandas' `Series.sum()`: NaN counted as 0."""
+    nan = np.isnan(values)
+    if nan.any():
+        values = np.where(nan, 0.0, values)
+    return float(values.sum())
+
+
+def _not_nan(values: np.ndarray) -> np.ndarray:
+    """pandas' `Series.dropna()`: the values that are not NaN."""
+    known: np.ndarray = values[~np.isnan(values)]
+    return known
+
+
+def _weighted(util: np.ndarray, gpu_seconds: np.ndarray) -> float | None:
+    """Mean utilization weighted by GPU-seconds over the rows with a mean; None if none."""
+    known = ~np.isnan(util)
+    weights = gpu_seconds[known]
+    weight = _sum(weights)
+    return _sum(util[known] * weights) / weight if weight > 0 else None
+
+
+def _first_rows(codes: np.ndarray) -> np.ndarray:
+    """Positions of each code's first row (missing codes included), in row order."""
+    if len(codes) > _HASH_FROM:
+        return np.flatnonzero(~pd.Series(codes).duplicated().to_numpy())
+    _, first = np.unique(codes, return_index=True)
+    return np.sort(first)
+
+
+def _distinct(codes: np.ndarray) -> int:
+    """How many distinct codes that are not missing (-1)."""
+    return int((codes[_first_rows(codes)] >= 0).sum())

@@ -1,0 +1,364 @@
+"""The job and GPU frames of every report: their columns, and store rows made into them.
+
+Job frame: one row per job (JOB_COLUMNS; FIGURE_JOB_COLUMNS when only report figures
+were read). GPU frame: one row per job and GPU, the store's summary rows column for
+column (GPU_COLUMNS; FIGURE_GPU_COLUMNS for figures only). Store rows arrive as the
+driver's tuples or, for a figures-only read, as one numpy structured array; they are
+made into frames column by column, text columns with few values as categoricals.
+
+Units: seconds, bytes, GiB-seconds, joules; the columns say so.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpu.store import Store, queries
+from slurm_gpu.units import is_known
+
+JOB_COLUMNS = [
+    "job_id",
+    "job_id_text",
+    "name",
+    "user",
+    "account",
+    "partition",
+    "qos",
+    "state",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "elapsed_seconds",
+    "time_limit_seconds",
+    "nodes",
+    "alloc_gpus",
+    "exit_code",
+]
+# What report figures (`report`, `report monthly`) need of a job: its user, account and
+# partition, its times (proration, queue wait), GPUs and time limit; the other columns
+# (name, state, node list, ...) only list jobs. A month has ~10^5 jobs and ~10^6 GPU
+# rows, and every column read from the store costs an object per row.
+FIGURE_JOB_COLUMNS = [
+    "job_id",
+    "user",
+    "account",
+    "partition",
+    "submit_time",
+    "start_time",
+    "end_time",
+    "elapsed_seconds",
+    "time_limit_seconds",
+    "alloc_gpus",
+]
+# The store's job columns they come from (user, account and partition as one text).
+FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
+# One row per job and GPU: the store's summary rows, column for column.
+GPU_COLUMNS = list(queries.SUMMARY_ROW_COLUMNS)
+# The GPU figures report figures are summed from,
+FIGURE_GPU_NUMBERS = (
+    "gpu_seconds",
+    "active_seconds",
+    "util_mean_percent",
+    "mem_gib_seconds",
+    "energy_joules",
+)
+# in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
+FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
+# read as these (node and model as one text).
+FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS)
+# Text columns with few distinct values, held as categoricals: grouping and joining on
+# them then works on integer codes, factorized once here instead of in every report.
+CATEGORICAL_COLUMNS = ("user", "account", "partition", "node", "gpu_uuid", "gpu_model")
+# Store rows as read: the driver's tuples, or (a figures-only read) one numpy
+# structured array of `numpy_dtype(columns)`.
+Records = list[tuple[Any, ...]] | np.ndarray
+
+
+def categorical(column: pd.Series) -> pd.Series:
+    """`_text(column)` as a categorical, categories sorted (codes in string order)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column
+    codes, uniques = pd.factorize(column, sort=True)
+    if (codes < 0).any() or (len(uniques) and uniques[0] == ""):
+        # None and "" both read "": one category, sorted first.
+        blank = len(uniques) > 0 and uniques[0] == ""
+        uniques = uniques if blank else pd.Index(["", *uniques], dtype="str")
+        codes = np.where(codes < 0, 0, codes if blank else codes + 1)
+    return pd.Series(pd.Categorical.from_codes(codes, uniques), index=column.index)
+
+
+def stored_jobs(stored: Records, read: Sequence[str], now: float) -> pd.DataFrame:
+    """The store's job rows (tuples of the `read` columns) as the job frame.
+
+    Column by column: what reports/usage.py's `_from_store` and `_finish` do per row,
+    with the dtypes a frame of their records gets. JOB_COLUMNS, or FIGURE_JOB_COLUMNS
+    when only their columns were read.
+    """
+    every = set(read) >= set(queries.JOB_ROW_COLUMNS)
+    names = JOB_COLUMNS if every else FIGURE_JOB_COLUMNS
+    if not len(stored):
+        return pd.DataFrame(columns=names)
+    raw = _row_frame(stored, read)
+    start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
+    end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
+    stop = np.where(np.isnan(end), now, end)
+    elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
+    n = len(raw)
+    columns: dict[str, Callable[[], pd.Series]] = {
+        "job_id": lambda: raw["job_id"],
+        "job_id_text": lambda: _id_texts(raw),
+        "name": lambda: _text(raw["job_name"]),
+        "user": lambda: categorical(raw["user"]),
+        "account": lambda: categorical(raw["account"]),
+        "partition": lambda: categorical(raw["partition"]),
+        "qos": lambda: pd.Series([""] * n, dtype="str"),
+        "state": lambda: _text(raw["state"]),
+        "submit_time": lambda: raw["submit_time"],
+        "start_time": lambda: raw["start_time"],
+        "end_time": lambda: raw["end_time"],
+        "elapsed_seconds": lambda: pd.Series(elapsed, dtype=float),
+        "time_limit_seconds": lambda: pd.Series([None] * n, dtype=object),
+        "nodes": lambda: _text(raw["nodes"]),
+        "alloc_gpus": lambda: pd.to_numeric(raw["gpus"]).fillna(0).astype("int64"),
+        "exit_code": lambda: raw["exit_code"],
+    }
+    return pd.DataFrame({name: columns[name]() for name in names}, columns=names)
+
+
+def _id_texts(raw: pd.DataFrame) -> pd.Series:
+    """`job_id_text` of every row: the job id, `<array>_<task>` or `<het>+<offset>`."""
+    text = raw["job_id"].astype(str)
+    special = (raw["array_job_id"].notna() & raw["array_task_id"].notna()) | (
+        raw["het_job_id"].notna() & raw["het_job_offset"].notna()
+    )
+    if special.any():
+        text = text.copy()
+        for i in np.flatnonzero(special.to_numpy()):
+            text.iat[int(i)] = job_id_text({k: _int_or_none(raw.at[i, k]) for k in _ID_KEYS})
+    return text
+
+
+def _text(column: pd.Series) -> pd.Series:
+    """`row.get(name) or ""` for a whole column (a str column, as for its records)."""
+    if column.dtype == object:
+        column = column.where(column.notna() & (column != ""), "").astype("str")
+    return column.fillna("") if column.hasnans else column
+
+
+_ID_KEYS = ("job_id", "array_job_id", "array_task_id", "het_job_id", "het_job_offset")
+
+
+def _int_or_none(value: Any) -> Any:
+    """A stored id part as an int; None when unknown (NULL read as NaN)."""
+    if not is_known(value):
+        return None
+    return int(value) if isinstance(value, float | np.integer | np.floating) else value
+
+
+def window_summaries(
+    store: Store,
+    since: float | None,
+    until: float | None,
+    stored: Records,
+    wanted: np.ndarray,
+    columns: Sequence[str],
+) -> Records:
+    """Summary rows of the `wanted` jobs, in no particular order (`gpu_rows` orders them).
+
+    The window's in one joined query, the rest (jobs only sacct knows) by id. A numpy
+    array when `stored` is one (a figures-only read), else tuples.
+    """
+    in_store = np.sort(_job_ids(stored))  # sorted like `wanted`
+    between = (int(in_store[0]), int(in_store[-1])) if len(in_store) else None
+    same = np.array_equal(in_store, wanted)  # usually: no job only sacct knows
+    extra = [] if same else np.setdiff1d(wanted, in_store).tolist()
+    more = queries.summary_rows_for(store, extra, columns=columns) if extra else []
+    if isinstance(stored, np.ndarray):
+        dtype = numpy_dtype(columns)
+        array = (
+            queries.summary_array_in_window(store, since, until, between, dtype)
+            if between
+            else np.zeros(0, dtype=dtype)
+        )
+        if not same:
+            array = array[np.isin(_job_ids(array), wanted)]
+        return _concatenated(array, more, columns)
+    rows = (
+        queries.summary_rows_in_window(store, since, until, between, columns=columns, ordered=False)
+        if between
+        else []
+    )
+    if not same:
+        keep = {int(j) for j in wanted}
+        rows = [r for r in rows if r[0] in keep]
+    return [*rows, *more]
+
+
+def job_id_text(row: dict[str, Any]) -> str:
+    """The job id as sacct shows it: `<id>`, `<array>_<task>` or `<het>+<offset>`."""
+    if row.get("array_job_id") is not None and row.get("array_task_id") is not None:
+        return f"{row['array_job_id']}_{row['array_task_id']}"
+    if row.get("het_job_id") is not None and row.get("het_job_offset") is not None:
+        return f"{row['het_job_id']}+{row['het_job_offset']}"
+    return str(row["job_id"])
+
+
+def _job_ids(rows: Records) -> np.ndarray:
+    """The job ids of store rows (every read selects job_id first), as int64."""
+    if isinstance(rows, np.ndarray):
+        return rows["job_id"].astype(np.int64, copy=False)
+    return np.fromiter(map(operator.itemgetter(0), rows), dtype=np.int64, count=len(rows))
+
+
+def _concatenated(
+    array: np.ndarray, more: Sequence[tuple[Any, ...]], read: Sequence[str]
+) -> np.ndarray:
+    """A figures-only read's rows (`numpy_dtype(read)`) followed by `more` of them."""
+    if not more:
+        return array
+    return np.concatenate([array, np.fromiter(more, dtype=numpy_dtype(read), count=len(more))])
+
+
+def gpu_rows(
+    store: Store,
+    job_ids: np.ndarray,
+    summary_rows: Records,
+    read: Sequence[str],
+) -> pd.DataFrame:
+    """The GPU frame of summary rows (tuples of the `read` columns).
+
+    The summaries in job, node, GPU order, then the rows of jobs with no summary (running
+    jobs: their intervals' totals). GPU_COLUMNS, or FIGURE_GPU_COLUMNS when those were
+    read.
+    """
+    names = [part for name in read for part in queries.JOINED.get(name, (name,))]
+    if not len(job_ids):
+        return pd.DataFrame(columns=names)
+    summarized = len(summary_rows)
+    rest = job_ids[~np.isin(job_ids, _job_ids(summary_rows))].tolist()  # sorted, like job_ids
+    running: list[tuple[Any, ...]] = []
+    if rest:
+        models = queries.gpu_models(store)
+        for t in queries.interval_totals_for(store, rest):
+            model = models.get(t.gpu_uuid, "")
+            row = {
+                "job_id": t.job_id,
+                "node": t.node,
+                "gpu_uuid": t.gpu_uuid,
+                "gpu_model": model,
+                "node_model": queries.JOIN_SEPARATOR.join((t.node, model)),
+                "gpu_seconds": t.covered_seconds,
+                "active_seconds": t.active_seconds,
+                "util_mean_percent": t.util_mean_percent,
+                "util_max_percent": t.util_max_percent,
+                "mem_max_bytes": t.mem_max_bytes,
+                "mem_gib_seconds": t.mem_gib_seconds,
+                "energy_joules": t.energy_joules,
+                "missing_seconds": 0.0,
+                "source": "intervals",
+                "data_until": t.last_period_end,
+            }
+            running.append(tuple(row[name] for name in read))
+    records = (
+        _concatenated(summary_rows, running, read)
+        if isinstance(summary_rows, np.ndarray)
+        else [*summary_rows, *running]
+    )
+    frame = _row_frame(records, read)
+    for name in read:  # (in place: a new frame would copy the number columns once more)
+        if name in CATEGORICAL_COLUMNS:
+            frame[name] = categorical(frame[name])
+    # The summaries by job, node, GPU (in string order on every backend), sorted here
+    # as integer codes: cheaper than a database sort or a sort of tuples. A figures-only
+    # read has no GPU column: a job's GPUs on a node stay in the order read.
+    sort_by = [name for name in ("gpu_uuid", "node", "job_id") if name in frame.columns]
+    keys = tuple(
+        (frame[name].cat.codes if name != "job_id" else frame[name]).to_numpy()[:summarized]
+        for name in sort_by
+    )
+    if not _ascending(keys):
+        order = np.concatenate([np.lexsort(keys), np.arange(summarized, len(frame))])
+        frame = frame.take(order)
+    return frame
+
+
+# The store columns a figures-only read selects, as numpy reads them: ids as int64, the
+# rest (times, figures, the GPU count) as float64, NULL as NaN.
+_NUMPY_DTYPES = {
+    "job_id": "i8",
+    "gpus": "f8",
+    **{name: "f8" for name in ("submit_time", "start_time", "end_time")},
+    **{name: "f8" for name in FIGURE_GPU_NUMBERS},
+}
+
+
+def numpy_dtype(read: Sequence[str]) -> np.dtype[Any]:
+    """The structured dtype a figures-only read of these columns is held in."""
+    return np.dtype([(name, _NUMPY_DTYPES.get(name, "O")) for name in read])
+
+
+def _row_frame(records: Records, read: Sequence[str]) -> pd.DataFrame:
+    """Store rows (tuples of the `read` columns, or their structured array) as a frame.
+
+    Joined texts are split.
+
+    Rows of only `_NUMPY_DTYPES` and joined columns (a figures-only read) go through one
+    numpy structured array: a C pass, about half the time of `from_records` inferring
+    each column from its objects (~10^6 rows a month). Other rows: `from_records`.
+    """
+    joined = queries.JOINED
+    if isinstance(records, np.ndarray):
+        array = records
+    elif not records or not all(name in _NUMPY_DTYPES or name in joined for name in read):
+        frame = pd.DataFrame.from_records(records, columns=list(read))
+        for name in read:
+            if name in joined:
+                parts = _split_joined(frame[name], joined[name])
+                frame = frame.drop(columns=name).assign(**parts)
+        return frame
+    else:
+        array = np.fromiter(records, dtype=numpy_dtype(read), count=len(records))
+    columns: dict[str, Any] = {}
+    for name in read:
+        if name in joined:
+            columns.update(_split_joined(pd.Series(array[name], dtype=object), joined[name]))
+        else:
+            columns[name] = array[name]
+    return pd.DataFrame(columns)
+
+
+def _split_joined(texts: pd.Series, parts: Sequence[str]) -> dict[str, pd.Series]:
+    """The columns of a store's joined text column (`queries.JOINED`), as categoricals.
+
+    Every distinct text is split once.
+    """
+    # A dict numbers the texts in order of appearance, as pd.factorize does, in about
+    # two thirds of its time here (every row's text is a new object, hashed either way).
+    numbers: dict[str, int] = {}
+    codes = np.array(
+        [numbers.setdefault(text, len(numbers)) for text in texts.to_numpy(dtype=object)],
+        dtype=np.intp,
+    )
+    split = [str(text).split(queries.JOIN_SEPARATOR, len(parts) - 1) for text in numbers]
+    out = {}
+    for i, name in enumerate(parts):
+        values = pd.Series(np.array([s[i] for s in split], dtype=object))
+        part = categorical(values)
+        out[name] = pd.Series(part.array.take(codes), index=texts.index)
+    return out
+
+
+def _ascending(keys: tuple[np.ndarray, ...]) -> bool:
+    """Whether rows are already in `np.lexsort(keys)` order (last key first)."""
+    later = np.zeros(max(len(keys[0]) - 1, 0), dtype=bool)  # row > the one before
+    same = np.ones_like(later)
+    for key in reversed(keys):
+        step = np.diff(key)
+        later |= same & (step > 0)
+        same &= step == 0
+    return bool(np.all(later | same))

@@ -1,0 +1,142 @@
+"""The report figures (reports/figures.py) against a plain pandas group-by, on random rows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slurm_gpu.reports.figures import FIGURE_KEYS, JOB_TOTAL_KEYS, Groups, figures, grouped_figures
+
+NAN = float("nan")
+# Unknown values arrive as NaN (numbers) or None (texts), as in a prorated frame.
+numbers = st.one_of(st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False), st.just(NAN))
+percent = st.one_of(st.floats(0.0, 100.0, allow_nan=False), st.just(NAN))
+names = st.one_of(st.sampled_from(["a", "b", "c"]), st.none())
+COLUMNS = {
+    "job_id": st.integers(1, 6),
+    "user": names,
+    "account": names,
+    "gpu_seconds": numbers,
+    "active_seconds": numbers,
+    "util_mean_percent": percent,
+    "mem_gib_seconds": numbers,
+    "energy_joules": numbers,
+    "cost": numbers,
+    "queue_wait": numbers,
+}
+rows = st.lists(st.fixed_dictionaries(COLUMNS), max_size=40).map(
+    lambda records: pd.DataFrame(records, columns=list(COLUMNS))
+)
+
+
+def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
+    """The figures as a plain pandas computation over one group's rows."""
+    gpu_seconds = float(part["gpu_seconds"].sum())
+    active = float(part["active_seconds"].sum())
+    idle = max(gpu_seconds - active, 0.0)
+    known = part[part["util_mean_percent"].notna()]
+    weight = float(known["gpu_seconds"].sum())
+    weighted = (known["util_mean_percent"] * known["gpu_seconds"]).sum()
+    waits = part["queue_wait"][~part["job_id"].duplicated()].dropna()
+    energy = part["energy_joules"].dropna()
+    return {
+        "jobs": int(part["job_id"].nunique()),
+        "users": int(part["user"].nunique()),
+        "gpu_hours": gpu_seconds / 3600.0,
+        "gpu_mem_hours": float(part["mem_gib_seconds"].sum()) / 3600.0,
+        "util_mean_percent": float(weighted / weight) if weight > 0 else None,
+        "active_gpu_hours": active / 3600.0,
+        "idle_gpu_hours": idle / 3600.0,
+        "idle_percent": 100.0 * idle / gpu_seconds if gpu_seconds > 0 else None,
+        "energy_kwh": float(energy.sum()) / 3.6e6 if len(energy) else None,
+        "cost": float(part["cost"].sum()),
+        "queue_wait_mean": float(waits.mean()) if len(waits) else None,
+        "queue_wait_p95": float(waits.quantile(0.95)) if len(waits) else None,
+    }
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows)
+def test_grouped_figures_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
+    """Per account (rows of no account in none), the figures pandas computes, bit for bit."""
+    expected = [(key, pandas_figures(part)) for key, part in frame.groupby("account", sort=True)]
+    assert expected == grouped_figures(frame, "account")
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows)
+def test_totals_are_the_group_of_every_row(frame: pd.DataFrame) -> None:
+    """The totals are pandas' figures over every row, and those of one group of every row."""
+    total = figures(frame)
+    assert (list(FIGURE_KEYS), pandas_figures(frame)) == (list(total), total)
+    if len(frame):
+        assert [("x", total)] == grouped_figures(frame.assign(everyone="x"), "everyone")
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows)
+def test_totals_add_up_the_groups(frame: pd.DataFrame) -> None:
+    """The totals' GPU-hours, active GPU-hours, GPU-memory hours and cost add up the groups'.
+
+    Every row is in some group: users with no name are one group of their own.
+    """
+    frame = frame.assign(user=frame["user"].fillna(""))
+    groups = [f for _, f in grouped_figures(frame, "user")]
+    total = figures(frame)
+    for key in ("gpu_hours", "active_gpu_hours", "gpu_mem_hours", "cost"):
+        assert math.fsum(g[key] for g in groups) == pytest.approx(total[key], rel=1e-12, abs=1e-9)
+    assert total["users"] == sum(g["users"] for g in groups)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows)
+def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
+    """A job's totals: its GPU rows' sums (utilization weighted, else the plain mean)."""
+    frame = frame.assign(
+        util_max_percent=frame["util_mean_percent"],
+        mem_max_bytes=frame["mem_gib_seconds"],
+        gpu_model="A100",
+        source="summary",
+        data_until=frame["queue_wait"],
+    )
+    expected = []
+    for key, part in frame.groupby("job_id", sort=True):
+        known = part[part["util_mean_percent"].notna()]
+        weight = float(known["gpu_seconds"].sum())
+        util = (
+            float((known["util_mean_percent"] * known["gpu_seconds"]).sum() / weight)
+            if weight > 0
+            else (float(known["util_mean_percent"].mean()) if len(known) else None)
+        )
+        gpu_seconds, active = float(part["gpu_seconds"].sum()), float(part["active_seconds"].sum())
+        umax = part["util_max_percent"].dropna()
+        mem = part["mem_max_bytes"].dropna()
+        energy = part["energy_joules"].dropna()
+        totals = {
+            "gpu_model": "A100",
+            "gpu_seconds": gpu_seconds,
+            "active_seconds": active,
+            "idle_seconds": max(gpu_seconds - active, 0.0),
+            "util_mean_percent": util,
+            "util_max_percent": float(umax.max()) if len(umax) else None,
+            "mem_max_bytes": int(mem.max()) if len(mem) else None,
+            "mem_gib_seconds": float(part["mem_gib_seconds"].sum()),
+            "energy_joules": float(energy.sum()) if len(energy) else None,
+            "cost": float(part["cost"].sum()),
+            "data_until": part["data_until"].max(),
+            "source": "summary",
+        }
+        expected.append((key, totals))
+    actual = Groups(frame, "job_id").job_totals()
+    assert [list(JOB_TOTAL_KEYS)] * len(actual) == [list(t) for _, t in actual]
+    # data_until may be NaN on both sides: compare it as text.
+    assert _comparable(expected) == _comparable(actual)
+
+
+def _comparable(groups: list[tuple[Any, dict[str, Any]]]) -> list[tuple[Any, dict[str, Any]]]:
+    return [(k, {**t, "data_until": repr(float(t["data_until"]))}) for k, t in groups]

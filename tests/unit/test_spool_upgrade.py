@@ -1,0 +1,439 @@
+"""A spool left by the previous release is read and shipped by this agent, nothing lost.
+
+The agent is upgraded on nodes whose spool still holds rows (a store outage, jobs running
+across the upgrade). `PREVIOUS_LAYOUT` and the `INSERT`s below are the previous release's
+DDL and row shapes as it wrote them (unversioned, positional), copied here on purpose:
+they must not follow later changes to spool.py, or this test would prove nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+)
+from slurm_gpu.node.attribution import JobSpan
+from slurm_gpu.node.shipper import Shipper
+from slurm_gpu.node.spool import SCHEMA_VERSION, Spool, SpoolError
+
+T0 = 1_800_000_000.0
+GIB = 2**30
+
+# slurm_gpu/node/spool.py's SCHEMA before spool versions (user_version 0).
+PREVIOUS_LAYOUT = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    payload TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS pieces (
+    uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
+    start REAL NOT NULL, end REAL NOT NULL,
+    util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
+    util_max REAL, util_min REAL, active_seconds REAL NOT NULL,
+    covered_seconds REAL NOT NULL, mem_max INTEGER, mem_total INTEGER,
+    power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
+    temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (uuid, job_id, period_start)
+);
+CREATE TABLE IF NOT EXISTS spans (
+    job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
+    start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT,
+    PRIMARY KEY (job_id, slurm_index)
+);
+CREATE TABLE IF NOT EXISTS job_acc (
+    job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
+    covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
+    util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
+    active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
+    mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job_id, uuid)
+);
+CREATE TABLE IF NOT EXISTS gpu_state (
+    uuid TEXT PRIMARY KEY, last_read REAL, last_sample REAL, last_energy REAL
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    error TEXT NOT NULL,
+    quarantined_at REAL NOT NULL
+);
+"""
+
+# Outbox payloads as the previous release encoded them (json.dumps of the models' fields).
+EVENT: dict[str, Any] = {
+    "node": "gpu1",
+    "job_id": 7,
+    "kind": "started",
+    "time": T0,
+    "user": "alice",
+    "uid": 1001,
+    "account": "physics",
+    "partition": "gpu",
+    "gpu_indices": [0],
+    "array_job_id": None,
+    "array_task_id": None,
+    "het_job_id": None,
+    "het_job_offset": None,
+    "exit_code": None,
+}
+INVENTORY: dict[str, Any] = {
+    "devices": [
+        {
+            "uuid": "GPU-A",
+            "name": "NVIDIA A100",
+            "minor": 0,
+            "nvml_index": 0,
+            "pci_bus_id": "00:01",
+            "memory_total_bytes": 80 * GIB,
+        }
+    ],
+    "seen_at": T0,
+}
+ACTIVITY: dict[str, Any] = {
+    "job_id": 7,
+    "node": "gpu1",
+    "gpu_uuid": "GPU-A",
+    "slurm_index": 0,
+    "start": T0,
+    "last_reading": T0 + 60,
+    "last_active": T0 + 59,
+    "util_recent_percent": 50.0,
+    "mem_used_bytes": GIB,
+    "process_count": 1,
+}
+INTERVAL: dict[str, Any] = {
+    "node": "gpu1",
+    "gpu_uuid": "GPU-A",
+    "period_start": T0,
+    "period_end": T0 + 60,
+    "job_id": 7,
+    "util_mean_percent": 50.0,
+    "util_max_percent": 90.0,
+    "util_min_percent": 10.0,
+    "util_sample_count": 6,
+    "active_seconds": 50.0,
+    "covered_seconds": 60.0,
+    "mem_used_max_bytes": GIB,
+    "mem_total_bytes": 80 * GIB,
+    "power_mean_watts": 100.0,
+    "energy_joules": 6000.0,
+    "temperature_max_celsius": 45.0,
+    "ecc_errors_total": 0,
+    "unallocated_pids": [],
+}
+SUMMARY: dict[str, Any] = {
+    "job_id": 5,
+    "node": "gpu1",
+    "gpu_uuid": "GPU-B",
+    "gpu_model": "NVIDIA A100",
+    "start": T0 - 600,
+    "end": T0 - 300,
+    "gpu_seconds": 300.0,
+    "util_mean_percent": 20.0,
+    "util_max_percent": 40.0,
+    "active_seconds": 100.0,
+    "mem_max_bytes": GIB,
+    "mem_gib_seconds": 300.0,
+    "energy_joules": 9000.0,
+    "reading_count": 30,
+    "missing_seconds": 0.0,
+    "user": "bob",
+    "account": "chem",
+    "partition": "gpu",
+}
+
+
+def write_previous_release_spool(path: Path) -> None:
+    """A spool as the previous release left it: rows in every table, job 7 ended."""
+    db = sqlite3.connect(str(path), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(PREVIOUS_LAYOUT)
+    outbox = [
+        ("event", "gpu1:7:started", EVENT),
+        ("inventory", "inventory:gpu1", INVENTORY),
+        ("activity", "activity:7:GPU-A", ACTIVITY),
+        ("interval", f"gpu1:GPU-A:{T0!r}", INTERVAL),
+        ("summary", "5:gpu1:GPU-B", SUMMARY),
+    ]
+    for kind, key, payload in outbox:
+        db.execute(
+            "INSERT INTO outbox (kind, key, payload) VALUES (?, ?, ?)",
+            (kind, key, json.dumps(payload)),
+        )
+    # Job 7's second minute on GPU-A, and GPU-B's idle minute: still open periods.
+    # uuid job_id period_start start end util_sum util_count util_max util_min active_seconds
+    # covered_seconds mem_max mem_total power_joules power_seconds energy temp_max ecc unallocated
+    job_piece = ("GPU-A", 7, T0 + 60, T0 + 60, T0 + 120, 300.0, 6, 80.0, 20.0, 50.0, 60.0)
+    job_piece_rest = (GIB, 80 * GIB, 6000.0, 60.0, 6000.0, 46.0, 0, "4242")
+    idle_piece = ("GPU-B", 0, T0 + 60, T0 + 60, T0 + 120, 0.0, 0, None, None, 0.0, 60.0)
+    idle_piece_rest = (None, None, None, 0.0, None, None, None, "")
+    for first, rest in ((job_piece, job_piece_rest), (idle_piece, idle_piece_rest)):
+        db.execute(
+            "INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", (*first, *rest)
+        )
+    db.execute(
+        "INSERT INTO spans VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (7, 0, T0, T0 + 120, "alice", "physics", "gpu"),
+    )
+    db.execute(
+        "INSERT INTO job_acc VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        (7, "GPU-A", "NVIDIA A100", 120.0, 600.0, 12, 90.0, 100.0, GIB, 120.0, 12000.0, 12),
+    )
+    db.execute("INSERT INTO gpu_state VALUES (?, ?, ?, ?)", ("GPU-A", T0 + 120, T0 + 119, 5e6))
+    db.execute(
+        "INSERT INTO quarantine (kind, key, payload, error, quarantined_at)"
+        " VALUES ('interval', 'bad', '{\"node\": 1', 'outbox interval row: not JSON', ?)",
+        (T0,),
+    )
+    db.close()
+
+
+class RecordingStore:
+    """A StoreSink that keeps everything it is given."""
+
+    def __init__(self) -> None:
+        self.events: list[JobEvent] = []
+        self.intervals: list[GpuInterval] = []
+        self.summaries: list[JobGpuSummary] = []
+        self.inventory: list[tuple[str, list[GpuDevice], float]] = []
+        self.activity: list[GpuActivity] = []
+
+    def add_events(self, events: Sequence[JobEvent]) -> int:
+        self.events += events
+        return len(events)
+
+    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
+        self.intervals += rows
+        return len(rows)
+
+    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
+        self.summaries += rows
+        return len(rows)
+
+    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
+        self.inventory.append((node, list(devices), seen_at))
+
+    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
+        self.activity += rows
+        return len(rows)
+
+    def forget_activity(self, job_ids: Sequence[int]) -> None:
+        pass
+
+
+@pytest.fixture
+def upgraded(tmp_path: Path) -> Spool:
+    """The previous release's spool, opened by this agent."""
+    path = tmp_path / "spool.db"
+    write_previous_release_spool(path)
+    return Spool(path)
+
+
+def finish_and_ship(spool: Spool) -> RecordingStore:
+    """What the agent does next: job 7's end is summarized, GPU-B's period sealed, all shipped."""
+    with spool.transaction() as db:
+        Spool.finish_job(db, "gpu1", 7, {0: "GPU-A"})
+        Spool.seal_periods(db, "gpu1", "GPU-B", T0 + 60)
+    store = RecordingStore()
+    Shipper(spool, store, "gpu1").drain()
+    return store
+
+
+def user_version(path: Path) -> int:
+    db = sqlite3.connect(str(path))
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_previous_release_spool_is_migrated_in_place(upgraded: Spool) -> None:
+    """Opening an unversioned spool stamps it with this agent's version, rows kept."""
+    assert (SCHEMA_VERSION, 5) == (user_version(upgraded.path), upgraded.backlog())
+
+
+def test_previous_release_outbox_rows_reach_the_store_unchanged(upgraded: Spool) -> None:
+    """The rows the previous release queued are shipped as they were written."""
+    store = finish_and_ship(upgraded)
+
+    assert [JobEvent(**{**EVENT, "kind": JobEventKind.STARTED, "gpu_indices": (0,)})] == (
+        store.events
+    )
+    device = GpuDevice(**INVENTORY["devices"][0])
+    assert [("gpu1", [device], T0)] == store.inventory
+    assert [GpuActivity(**ACTIVITY)] == store.activity
+    assert GpuInterval(**{**INTERVAL, "unallocated_pids": ()}) in store.intervals
+    assert JobGpuSummary(**SUMMARY) in store.summaries
+
+
+def test_previous_release_open_period_is_sealed_into_an_interval(upgraded: Spool) -> None:
+    """Job 7's open period (a positional `pieces` row) ships as its interval."""
+    expected = GpuInterval(
+        node="gpu1",
+        gpu_uuid="GPU-A",
+        period_start=T0 + 60,
+        period_end=T0 + 120,
+        job_id=7,
+        util_mean_percent=50.0,
+        util_max_percent=80.0,
+        util_min_percent=20.0,
+        util_sample_count=6,
+        active_seconds=50.0,
+        covered_seconds=60.0,
+        mem_used_max_bytes=GIB,
+        mem_total_bytes=80 * GIB,
+        power_mean_watts=100.0,
+        energy_joules=6000.0,
+        temperature_max_celsius=46.0,
+        ecc_errors_total=0,
+        unallocated_pids=(4242,),
+    )
+
+    store = finish_and_ship(upgraded)
+
+    assert expected in store.intervals
+
+
+def test_previous_release_idle_period_is_sealed_with_unknowns_kept(upgraded: Spool) -> None:
+    """GPU-B's period held by no job ships with job None and its unread fields None."""
+    expected = GpuInterval(
+        node="gpu1",
+        gpu_uuid="GPU-B",
+        period_start=T0 + 60,
+        period_end=T0 + 120,
+        job_id=None,
+        util_mean_percent=None,
+        util_max_percent=None,
+        util_min_percent=None,
+        util_sample_count=0,
+        active_seconds=0.0,
+        covered_seconds=60.0,
+        mem_used_max_bytes=None,
+        mem_total_bytes=None,
+        power_mean_watts=None,
+        energy_joules=None,
+        temperature_max_celsius=None,
+        ecc_errors_total=None,
+    )
+
+    store = finish_and_ship(upgraded)
+
+    assert expected in store.intervals
+
+
+def test_previous_release_job_totals_become_the_summary(upgraded: Spool) -> None:
+    """Job 7's span and running totals (positional rows) become its summary at its end."""
+    expected = JobGpuSummary(
+        job_id=7,
+        node="gpu1",
+        gpu_uuid="GPU-A",
+        gpu_model="NVIDIA A100",
+        start=T0,
+        end=T0 + 120,
+        gpu_seconds=120.0,
+        util_mean_percent=50.0,
+        util_max_percent=90.0,
+        active_seconds=100.0,
+        mem_max_bytes=GIB,
+        mem_gib_seconds=120.0,
+        energy_joules=12000.0,
+        reading_count=12,
+        missing_seconds=0.0,
+        user="alice",
+        account="physics",
+        partition="gpu",
+    )
+
+    store = finish_and_ship(upgraded)
+
+    assert expected in store.summaries
+
+
+def test_previous_release_spool_ships_every_row_and_keeps_nothing(upgraded: Spool) -> None:
+    """Five queued rows, two open periods and one job: eight rows shipped, none left."""
+    store = finish_and_ship(upgraded)
+
+    shipped = (store.events, store.inventory, store.activity, store.intervals, store.summaries)
+    assert ([1, 1, 1, 3, 2], 0) == ([len(rows) for rows in shipped], upgraded.backlog())
+
+
+def test_previous_release_gpu_state_and_spans_are_read(upgraded: Spool) -> None:
+    """Where each GPU's next read starts, and the running spans, survive the upgrade."""
+    assert (
+        {"GPU-A": (T0 + 120, T0 + 119, 5e6)},
+        [JobSpan(7, 0, T0, T0 + 120, "alice", "physics", "gpu")],
+    ) == (upgraded.gpu_state(), upgraded.spans())
+
+
+def test_previous_release_quarantine_is_kept(upgraded: Spool) -> None:
+    """Rows the previous release quarantined stay there for the admin."""
+    expected = [("interval", "bad", '{"node": 1', "outbox interval row: not JSON")]
+
+    assert expected == upgraded.quarantined()
+
+
+def test_newer_spool_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """A spool written by a newer agent is a SpoolError that names the file and versions."""
+    path = tmp_path / "spool.db"
+    write_previous_release_spool(path)
+    db = sqlite3.connect(str(path))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+
+    with pytest.raises(SpoolError) as caught:
+        Spool(path)
+
+    assert (
+        f"spool {path}: layout version {SCHEMA_VERSION + 1} is newer than this agent's"
+        f" ({SCHEMA_VERSION})"
+    ) in str(caught.value)
+
+
+def test_newer_spool_is_left_untouched(tmp_path: Path) -> None:
+    """Refusing a newer spool loses nothing: its version and every row stay as they were."""
+    path = tmp_path / "spool.db"
+    write_previous_release_spool(path)
+    db = sqlite3.connect(str(path))
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+
+    with pytest.raises(SpoolError):
+        Spool(path)
+
+    db = sqlite3.connect(str(path))
+    tables = ("outbox", "pieces", "spans", "job_acc", "gpu_state", "quarantine")
+    counts = [db.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables]
+    db.close()
+    assert (SCHEMA_VERSION + 1, [5, 2, 1, 1, 1, 1]) == (user_version(path), counts)
+
+
+def test_new_spool_is_created_at_the_current_version(tmp_path: Path) -> None:
+    """A spool that did not exist is created empty and stamped with this agent's version."""
+    spool = Spool(tmp_path / "new" / "spool.db")
+
+    assert (SCHEMA_VERSION, 0) == (user_version(spool.path), spool.backlog())
+
+
+def test_reopening_a_current_spool_keeps_its_rows(upgraded: Spool) -> None:
+    """Opening a spool of this version again changes nothing."""
+    upgraded.close()
+
+    again = Spool(upgraded.path)
+
+    assert (SCHEMA_VERSION, 5) == (user_version(again.path), again.backlog())
