@@ -146,7 +146,8 @@ read_gpus() {
 }
 
 # read_body: body = the job's cleaned fields as key=value lines, one per line, in the
-# order conf/slurm-hooks.md documents; the array and het ids only when slurmd set them.
+# order conf/slurm-hooks.md documents; the array and het ids and the restart count only
+# when slurmd set them.
 read_body() {
     digits "$SLURM_JOB_UID"; uid=$r
     clean "$SLURM_JOB_USER"; user=$r
@@ -166,6 +167,10 @@ cluster=$cluster
     if [ -n "$SLURM_HET_JOB_ID" ]; then digits "$SLURM_HET_JOB_ID"; body="${body}het_job_id=$r
 "; fi
     if [ -n "$SLURM_HET_JOB_OFFSET" ]; then digits "$SLURM_HET_JOB_OFFSET"; body="${body}het_job_offset=$r
+"; fi
+    # Which run of the job this is: a requeued job runs again under its id, and slurmd
+    # counts its runs (0 or unset for the first).
+    if [ -n "$SLURM_RESTART_COUNT" ]; then digits "$SLURM_RESTART_COUNT"; body="${body}restart=$r
 "; fi
 }
 

@@ -83,16 +83,27 @@ class JobEvent:
     het_job_id: int | None = None
     het_job_offset: int | None = None
     exit_code: int | None = None
+    restart: int = 0
 
     @property
     def key(self) -> str:
-        """Idempotency key: a node sees each job start and end once."""
-        return f"{self.node}:{self.job_id}:{self.kind.value}"
+        """Idempotency key: a node sees each run of a job start and end once.
+
+        `restart` is Slurm's SLURM_RESTART_COUNT: a requeued job runs again under its id,
+        and each run has its own events. The first run's key carries no count, so keys
+        written before runs were told apart stay the same.
+        """
+        run = f":{self.restart}" if self.restart else ""
+        return f"{self.node}:{self.job_id}:{self.kind.value}{run}"
 
 
 @dataclass(frozen=True)
 class JobGpuSummary:
-    """A finished job's use of one GPU on one node (the row reports are built on)."""
+    """A finished job's use of one GPU on one node (the row reports are built on).
+
+    One per run: a requeued job (Slurm's SLURM_RESTART_COUNT, `restart`) has one summary
+    per run and GPU, so its totals add up over every run, as Slurm bills them.
+    """
 
     job_id: int
     node: str
@@ -112,6 +123,13 @@ class JobGpuSummary:
     user: str = ""
     account: str = ""
     partition: str = ""
+    restart: int = 0
+
+    @property
+    def key(self) -> str:
+        """Idempotency key: one summary per run of a job (Slurm's restart count) and GPU."""
+        run = f":{self.restart}" if self.restart else ""
+        return f"{self.job_id}:{self.node}:{self.gpu_uuid}{run}"
 
     @property
     def missing(self) -> bool:
@@ -130,6 +148,7 @@ class Binding:
     uid: int | None = None
     account: str = ""
     partition: str = ""
+    restart: int = 0
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from slurm_gpu.cli.sacct import echo_warnings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.reports.jobview import Thresholds, notes, render_job
 from slurm_gpu.reports.records import job_records
+from slurm_gpu.reports.runs import with_runs
 from slurm_gpu.reports.usage import JobFilter
 
 
@@ -34,7 +35,10 @@ def job_command(app: App, job_id: str, as_json: bool) -> None:
         ids = ", ".join(str(r["job_id_text"]) for r in records)
         raise SlurmGpuError(f"job {job_id} has several parts ({ids}); name one")
     job = records[0]
-    gpus = usage.gpus[usage.gpus["job_id"] == job["job_id"]].to_dict("records")
+    gpus = with_runs(
+        usage.gpus[usage.gpus["job_id"] == job["job_id"]].to_dict("records"),
+        env.store.job_summaries(int(job["job_id"])),
+    )
     limits = Thresholds(idle_percent=env.config.node.active_threshold_percent)
     if as_json:
         document = {

@@ -4,7 +4,9 @@ Each tick:
 1. takes the hooks' new event files into the spool (then deletes them),
 2. reads every GPU through the GpuSource, splits the window since the last read by the
    jobs that held the GPU (attribution.py) and merges the pieces into the spool,
-3. seals finished shipping periods into the outbox and summarizes jobs that ended.
+3. seals finished shipping periods into the outbox and summarizes the runs that ended (a
+   requeued job runs again under its id: each run, Slurm's restart count, is summarized
+   on its own).
 Shipping to the store happens elsewhere (shipper.py), so a store outage never stops this.
 """
 
@@ -130,7 +132,8 @@ class NodeAgent:
                 log.error("gres.conf GPU %d (minor %d) has no NVML device", index, minor)
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
         self._warned_pids: set[tuple[str, int]] = set()
-        self._last_active: dict[tuple[int, str], float] = {}
+        self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
+        self._last_mem: dict[str, int | None] = {}  # uuid: memory in use at its last read
 
     def tick(self) -> TickResult:
         """One sampling round (see module docstring)."""
@@ -148,9 +151,12 @@ class NodeAgent:
         with self.spool.transaction() as db:
             for device in self.devices:
                 self._read_gpu(db, device, spans, state.get(device.uuid), now, result)
-            for job_id in sorted({s.job_id for s in spans if s.end is not None and s.end <= now}):
-                result.summaries += self.spool.finish_job(db, self.node, job_id, self.index_uuid)
-                self._last_active = {k: v for k, v in self._last_active.items() if k[0] != job_id}
+            for run in sorted({s.run for s in spans if s.end is not None and s.end <= now}):
+                job_id, restart = run
+                result.summaries += self.spool.finish_job(
+                    db, self.node, job_id, self.index_uuid, restart
+                )
+                self._last_active = {k: v for k, v in self._last_active.items() if k[:2] != run}
         return result
 
     def _adopt_orphan_bindings(self, spans: list[JobSpan]) -> list[JobSpan]:
@@ -158,11 +164,13 @@ class NodeAgent:
 
         Returns `spans` plus the spans adopted from bindings.
         """
-        known = {(s.job_id, s.slurm_index) for s in spans}
+        known = {(s.job_id, s.restart, s.slurm_index) for s in spans}
         adopted = [
-            JobSpan(b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition)
+            JobSpan(
+                b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition, b.restart
+            )
             for b in read_bindings(self.node_dir)
-            if (b.job_id, b.slurm_index) not in known
+            if (b.job_id, b.restart, b.slurm_index) not in known
         ]
         if adopted:
             with self.spool.transaction() as db:
@@ -185,10 +193,12 @@ class NodeAgent:
         since = last_sample if continuous and last_sample is not None else w0
         snap = self.source.snapshot(device, since)
         result.snapshots[device.uuid] = snap
+        previous_mem = self._last_mem.pop(device.uuid, None) if continuous else None
         if snap.error is not None:
             # Nothing is known about this window: it stays uncovered (missing).
             self.spool.set_gpu_state(db, device.uuid, now, last_sample, None)
             return
+        self._last_mem[device.uuid] = snap.mem_used_bytes
         energy_delta = None
         if continuous and snap.energy_joules is not None and last_energy is not None:
             delta = snap.energy_joules - last_energy
@@ -199,7 +209,9 @@ class NodeAgent:
             for s in spans
             if s.slurm_index == index and s.start < now and (s.end is None or s.end > w0)
         ]
-        pieces = split_window(w0, now, snap, mine, self.period, self.active_threshold, energy_delta)
+        pieces = split_window(
+            w0, now, snap, mine, self.period, self.active_threshold, energy_delta, previous_mem
+        )
         unallocated = self._unallocated(device.uuid, snap, mine, now)
         if unallocated:
             result.unallocated[device.uuid] = unallocated
@@ -236,7 +248,7 @@ class NodeAgent:
         since = max(w0, span.start)
         mine = [s for s in snap.samples if since < s.time <= now]
         busy = [s.time for s in mine if is_active(s.util_percent, self.active_threshold)]
-        key = (span.job_id, uuid)
+        key = (span.job_id, span.restart, uuid)
         if busy:
             self._last_active[key] = max(busy)
         activity = GpuActivity(

@@ -100,6 +100,7 @@ def parse_event(path: Path, node: str) -> JobEvent:
         partition=fields.get("partition", ""),
         gpu_indices=_indices(fields.get("gpu_indices", ""), where),
         exit_code=_int(fields, "exit_code", where),
+        restart=_int(fields, "restart", where) or 0,
         **extras,
     )
 
@@ -119,6 +120,7 @@ def parse_binding(path: Path) -> Binding:
         uid=_int(fields, "uid", where),
         account=fields.get("account", ""),
         partition=fields.get("partition", ""),
+        restart=_int(fields, "restart", where) or 0,
     )
 
 

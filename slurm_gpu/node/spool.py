@@ -6,8 +6,10 @@ What the agent has seen lives here until the accounting store has committed it:
   store committed them.
 - `pieces`: the open shipping period of each GPU and job, merged tick by tick and sealed
   into an `interval` outbox row once the period is over.
-- `spans`: the jobs holding GPUs on this node (from the hooks' events).
-- `job_acc`: running per-job-per-GPU totals, turned into summaries at the job's end.
+- `spans`: the jobs holding GPUs on this node (from the hooks' events), per run: a
+  requeued job runs again under its id, and each run (`restart`, Slurm's
+  SLURM_RESTART_COUNT) has its own spans, totals and summaries.
+- `job_acc`: running per-run-per-GPU totals, turned into summaries at the run's end.
 - `gpu_state`: per GPU, when it was last read, its newest sample and energy counter, so a
   restarted agent neither double counts nor invents the time it was down.
 - `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
@@ -34,7 +36,7 @@ from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.outbox import encode
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The spool layout this agent writes. Raising it needs a step in `_MIGRATIONS`."""
 
 _VERSION_1_TABLES = (
@@ -80,10 +82,62 @@ _VERSION_1_TABLES = (
 )""",
 )
 
+
+def _with_restart(table: str, columns: str, names: str, key: str) -> tuple[str, ...]:
+    """Statements that add `restart` (0: the first run) to `table` and to its key.
+
+    SQLite cannot change a primary key in place: the rows are copied into the new layout.
+    """
+    return (
+        f"CREATE TABLE {table}_v2 ({columns}, restart INTEGER NOT NULL DEFAULT 0,"
+        f" PRIMARY KEY ({key}))",
+        f"INSERT INTO {table}_v2 ({names}, restart) SELECT {names}, 0 FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {table}_v2 RENAME TO {table}",
+    )
+
+
+_VERSION_2_STEP = (
+    *_with_restart(
+        "pieces",
+        """uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
+    start REAL NOT NULL, end REAL NOT NULL,
+    util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
+    util_max REAL, util_min REAL, active_seconds REAL NOT NULL,
+    covered_seconds REAL NOT NULL, mem_max INTEGER, mem_total INTEGER,
+    power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
+    temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT ''""",
+        "uuid, job_id, period_start, start, end, util_sum, util_count, util_max, util_min,"
+        " active_seconds, covered_seconds, mem_max, mem_total, power_joules, power_seconds,"
+        " energy, temp_max, ecc, unallocated",
+        "uuid, job_id, restart, period_start",
+    ),
+    *_with_restart(
+        "spans",
+        """job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
+    start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT""",
+        "job_id, slurm_index, start, end, user, account, partition",
+        "job_id, restart, slurm_index",
+    ),
+    *_with_restart(
+        "job_acc",
+        """job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
+    covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
+    util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
+    active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
+    mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0""",
+        "job_id, uuid, model, covered, util_sum, util_count, util_max, active_seconds, mem_max,"
+        " mem_gib_seconds, energy, readings",
+        "job_id, restart, uuid",
+    ),
+)
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 0 is a new file, or a spool of the releases before versions: they wrote
     # version 1's tables unstamped, creating any that were missing at every open.
     0: _VERSION_1_TABLES,
+    # Version 2: runs of requeued jobs (issue #11). The rows of version 1 are run 0.
+    1: _VERSION_2_STEP,
 }
 """{version: the statements that bring a spool of that version to the next one}.
 
@@ -141,6 +195,7 @@ class _PieceRow(NamedTuple):
     temp_max: float | None
     ecc: int | None
     unallocated: str
+    restart: int
 
 
 class _JobAccRow(NamedTuple):
@@ -159,7 +214,16 @@ class _JobAccRow(NamedTuple):
 
 
 _NO_ACC = _JobAccRow("", 0.0, 0.0, 0, None, 0.0, None, 0.0, None, 0)
-_SPAN_COLUMNS = ("job_id", "slurm_index", "start", "end", "user", "account", "partition")
+_SPAN_COLUMNS = (
+    "job_id",
+    "slurm_index",
+    "start",
+    "end",
+    "user",
+    "account",
+    "partition",
+    "restart",
+)
 
 
 def _columns(names: tuple[str, ...]) -> str:
@@ -192,7 +256,7 @@ def _summed(column: str) -> str:
 _PIECE_UPSERT = (
     f"INSERT INTO pieces ({_columns(_PieceRow._fields)})"
     f" VALUES ({_placeholders(_PieceRow._fields)})"
-    " ON CONFLICT(uuid, job_id, period_start) DO UPDATE SET "
+    " ON CONFLICT(uuid, job_id, restart, period_start) DO UPDATE SET "
     + ", ".join(
         (
             "start = min(start, excluded.start)",
@@ -216,11 +280,11 @@ _PIECE_UPSERT = (
     )
 )
 
-_JOB_ACC_COLUMNS = ("job_id", "uuid", *_JobAccRow._fields)
+_JOB_ACC_COLUMNS = ("job_id", "restart", "uuid", *_JobAccRow._fields)
 _JOB_ACC_UPSERT = (
     f"INSERT INTO job_acc ({_columns(_JOB_ACC_COLUMNS)})"
     f" VALUES ({_placeholders(_JOB_ACC_COLUMNS)})"
-    " ON CONFLICT(job_id, uuid) DO UPDATE SET "
+    " ON CONFLICT(job_id, restart, uuid) DO UPDATE SET "
     + ", ".join(
         (
             _summed("covered"),
@@ -351,8 +415,8 @@ class Spool:
         """Every job span the agent knows (running, or ended but not yet summarized)."""
         rows = self._db.execute(f"SELECT {_columns(_SPAN_COLUMNS)} FROM spans")
         return [
-            JobSpan(job, index, start, end, user or "", account or "", partition or "")
-            for job, index, start, end, user, account, partition in rows
+            JobSpan(job, index, start, end, user or "", account or "", partition or "", restart)
+            for job, index, start, end, user, account, partition, restart in rows
         ]
 
     @staticmethod
@@ -374,17 +438,25 @@ class Spool:
                         event.user,
                         event.account,
                         event.partition,
+                        event.restart,
                     ),
                 )
         else:
-            db.execute(
-                "UPDATE spans SET end = ? WHERE job_id = ? AND end IS NULL",
-                (event.time, event.job_id),
+            ended = db.execute(
+                "UPDATE spans SET end = ? WHERE job_id = ? AND restart = ? AND end IS NULL",
+                (event.time, event.job_id, event.restart),
             )
+            if not ended.rowcount:
+                # A run started under hooks that did not write its restart count (an
+                # upgrade while it ran): its spans are the job's open ones.
+                db.execute(
+                    "UPDATE spans SET end = ? WHERE job_id = ? AND end IS NULL",
+                    (event.time, event.job_id),
+                )
 
     @staticmethod
     def add_span(db: sqlite3.Connection, span: JobSpan) -> None:
-        """Adds a span (kept as it is when the job already holds that GPU index)."""
+        """Adds a span (kept as it is when that run of the job already holds the index)."""
         db.execute(_SPAN_INSERT, tuple(getattr(span, name) for name in _SPAN_COLUMNS))
 
     # --- pieces and accumulators -------------------------------------------------------
@@ -425,6 +497,7 @@ class Spool:
             temp_max=temperature,
             ecc=ecc,
             unallocated=",".join(str(p) for p in sorted(unallocated)),
+            restart=piece.restart,
         )
         db.execute(_PIECE_UPSERT, row)
         if job == NO_JOB:
@@ -437,11 +510,11 @@ class Spool:
             util_max=piece.util_max,
             active_seconds=active,
             mem_max=piece.mem_used_bytes,
-            mem_gib_seconds=(piece.mem_used_bytes or 0) / 2**30 * seconds,
+            mem_gib_seconds=(piece.mem_estimate_bytes or 0) / 2**30 * seconds,
             energy=piece.energy_joules,
             readings=1,
         )
-        db.execute(_JOB_ACC_UPSERT, (job, uuid, *totals))
+        db.execute(_JOB_ACC_UPSERT, (job, piece.restart, uuid, *totals))
 
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
@@ -454,16 +527,16 @@ class Spool:
         return cls._seal(db, node, [_PieceRow(*r) for r in rows])
 
     @classmethod
-    def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int) -> int:
-        """Moves an ended job's open period rows to the outbox, ahead of its summaries.
+    def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int, restart: int = 0) -> int:
+        """Moves an ended run's open period rows to the outbox, ahead of its summaries.
 
         Without this a job's last period would reach the store after its summary, and a
         reader who trusts the summary would see intervals short of it.
         """
         rows = db.execute(
             f"SELECT {_columns(_PieceRow._fields)} FROM pieces"
-            " WHERE job_id = ? ORDER BY uuid, period_start",
-            (job_id,),
+            " WHERE job_id = ? AND restart = ? ORDER BY uuid, period_start",
+            (job_id, restart),
         ).fetchall()
         return cls._seal(db, node, [_PieceRow(*r) for r in rows])
 
@@ -495,37 +568,41 @@ class Spool:
                 (f"{node}:{r.uuid}:{r.start!r}", encode(asdict(interval))),
             )
             db.execute(
-                "DELETE FROM pieces WHERE uuid = ? AND job_id = ? AND period_start = ?",
-                (r.uuid, r.job_id, r.period_start),
+                "DELETE FROM pieces WHERE uuid = ? AND job_id = ? AND restart = ?"
+                " AND period_start = ?",
+                (r.uuid, r.job_id, r.restart, r.period_start),
             )
         return len(rows)
 
     @staticmethod
     def finish_job(
-        db: sqlite3.Connection, node: str, job_id: int, uuids: dict[int, str]
+        db: sqlite3.Connection, node: str, job_id: int, uuids: dict[int, str], restart: int = 0
     ) -> list[JobGpuSummary]:
-        """Turns an ended job's totals into summaries in the outbox; forgets the job.
+        """Turns an ended run's totals into summaries in the outbox; forgets the run.
 
         Args:
             db: the open transaction.
             node: this node's name.
             job_id: the ended job.
             uuids: {Slurm GPU index: uuid} on this node.
+            restart: which run of the job ended (0: the first; Slurm's restart count).
 
         Returns:
-            One summary per GPU the job held here.
+            One summary per GPU the run held here.
         """
-        Spool.seal_job(db, node, job_id)
+        Spool.seal_job(db, node, job_id, restart)
         spans = db.execute(
-            "SELECT slurm_index, start, end, user, account, partition FROM spans WHERE job_id = ?",
-            (job_id,),
+            "SELECT slurm_index, start, end, user, account, partition FROM spans"
+            " WHERE job_id = ? AND restart = ? AND end IS NOT NULL",
+            (job_id, restart),
         ).fetchall()
         summaries: list[JobGpuSummary] = []
         for index, start, end, user, account, partition in spans:
             uuid = uuids.get(index, f"unresolved-index-{index}")
             found = db.execute(
-                f"SELECT {_columns(_JobAccRow._fields)} FROM job_acc WHERE job_id = ? AND uuid = ?",
-                (job_id, uuid),
+                f"SELECT {_columns(_JobAccRow._fields)} FROM job_acc"
+                " WHERE job_id = ? AND restart = ? AND uuid = ?",
+                (job_id, restart, uuid),
             ).fetchone()
             acc = _JobAccRow(*found) if found else _NO_ACC
             gpu_seconds = max(0.0, end - start)
@@ -550,14 +627,18 @@ class Spool:
                 user=user or "",
                 account=account or "",
                 partition=partition or "",
+                restart=restart,
             )
             summaries.append(summary)
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('summary', ?, ?)",
-                (f"{job_id}:{node}:{uuid}", encode(asdict(summary))),
+                (summary.key, encode(asdict(summary))),
             )
-        db.execute("DELETE FROM job_acc WHERE job_id = ?", (job_id,))
-        db.execute("DELETE FROM spans WHERE job_id = ?", (job_id,))
+        db.execute("DELETE FROM job_acc WHERE job_id = ? AND restart = ?", (job_id, restart))
+        db.execute(
+            "DELETE FROM spans WHERE job_id = ? AND restart = ? AND end IS NOT NULL",
+            (job_id, restart),
+        )
         return summaries
 
     @staticmethod

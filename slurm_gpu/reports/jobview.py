@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slurm_gpu.reports.records import is_running
+from slurm_gpu.reports.runs import notes_per_run, run_of, runs
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
 from slurm_gpu.units import GIB, is_known
 
@@ -50,6 +51,8 @@ def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresho
         if int(job.get("alloc_gpus") or 0) > 0:
             out.append("No GPU readings were recorded for this job (agent down or too short).")
         return out
+    if len(runs(gpus)) > 1:  # a requeued job: advice about each run's GPUs
+        return notes_per_run(job, gpus, limits, notes)
     utils = [g.get("util_mean_percent") for g in gpus]
     idle = [
         g for g, u in zip(gpus, utils, strict=True) if u is not None and u < limits.idle_percent
@@ -142,6 +145,9 @@ def render_job(
         f"QueueWait {format_elapsed(wait) if wait is not None else '-'}  "
         f"Nodes {job.get('nodes') or '-'}  GPUs {job.get('alloc_gpus') or 0}"
     )
+    several = len(runs(gpus)) > 1  # requeued: each run's GPUs are rows of their own
+    if several:
+        lines[-1] += f"  Runs {len(runs(gpus))}"
     if running and gpus:
         until = max(float(g.get("data_until") or 0) for g in gpus)
         lines.append(
@@ -166,9 +172,10 @@ def render_job(
     lines.append("")
     if gpus:
         lines.append(
-            f"  {'Node':<8} {'GPU':<12} {'Model':<24} {'Util avg/max':>13} {'':22} {'Mem max':>18}"
+            f"  {'Run ' if several else ''}"
+            f"{'Node':<8} {'GPU':<12} {'Model':<24} {'Util avg/max':>13} {'':22} {'Mem max':>18}"
         )
-    for g in sorted(gpus, key=lambda g: (g["node"], g["gpu_uuid"])):
+    for g in sorted(gpus, key=lambda g: (run_of(g), g["node"], g["gpu_uuid"])):
         total = memory_total.get(str(g["gpu_uuid"]))
         mem = g.get("mem_max_bytes")
         mem_text = (
@@ -179,7 +186,8 @@ def render_job(
         util_g = g.get("util_mean_percent")
         umax = g.get("util_max_percent")
         lines.append(
-            f"  {g['node']:<8} {short(str(g['gpu_uuid'])):<12} {g.get('gpu_model') or ''!s:<24.24} "
+            f"  {f'{run_of(g):<4}' if several else ''}"
+            f"{g['node']:<8} {short(str(g['gpu_uuid'])):<12} {g.get('gpu_model') or ''!s:<24.24} "
             f"{_pct(util_g):>6}/{_pct(umax):>6} "
             f"{bar(None if not is_known(util_g) else _f(util_g) / 100)} "
             f"{mem_text:>18} "

@@ -5,7 +5,9 @@ Format, version 1 (documented in conf/slurm-gpu.toml and README):
     slurm-gpu:v1:gpus=2,gpu_s=180,util_avg=70.1,util_max=72,active_s=178,mem_max_mib=20480,energy_j=54000,missing=0
 
 Summed over the job's nodes; util_avg is weighted by GPU-seconds. Anything else in the
-AdminComment (other tools, admins' notes) is kept; only our token is replaced.
+AdminComment (other tools, admins' notes) is kept; only our token is replaced. A requeued
+job (Slurm runs it again under its id) sums every run, `gpus` is the most GPUs one run held
+at once, and `runs=N` follows `missing` when it ran more than once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ _TOKEN = re.compile(r"slurm-gpu:v\d+:[^\s]*")
 
 
 def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
-    """The v1 token for all GPUs of one job (all nodes)."""
+    """The v1 token for all GPUs of one job (all nodes, every run)."""
     gpu_s = sum(s.gpu_seconds for s in summaries)
     weighted = [(s.util_mean_percent, s.gpu_seconds) for s in summaries]
     known = [(u, w) for u, w in weighted if u is not None]
@@ -30,8 +32,11 @@ def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
     util_max = max((s.util_max_percent or 0.0 for s in summaries), default=0.0)
     mem_max = max((s.mem_max_bytes or 0 for s in summaries), default=0)
     energy = sum(s.energy_joules or 0.0 for s in summaries)
+    per_run: dict[int, int] = {}
+    for s in summaries:
+        per_run[s.restart] = per_run.get(s.restart, 0) + 1
     fields = {
-        "gpus": str(len(summaries)),
+        "gpus": str(max(per_run.values(), default=0)),
         "gpu_s": f"{gpu_s:.0f}",
         "util_avg": f"{util_avg:.1f}",
         "util_max": f"{util_max:.0f}",
@@ -40,6 +45,8 @@ def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
         "energy_j": f"{energy:.0f}",
         "missing": "1" if any(s.missing for s in summaries) else "0",
     }
+    if len(per_run) > 1:
+        fields["runs"] = str(len(per_run))
     return TOKEN_PREFIX + ",".join(f"{k}={v}" for k, v in fields.items())
 
 

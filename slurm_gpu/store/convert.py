@@ -44,6 +44,7 @@ JOB_COLUMNS = (
     "end_time",
     "nodes",
     "gpus",
+    "restart",
 )
 # States the hooks derive; a state set from Slurm (CANCELLED, TIMEOUT...) is never replaced.
 HOOK_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})
@@ -142,6 +143,7 @@ def event_to_row(event: JobEvent, cluster: str) -> Row:
         "kind": event.kind.value,
         "time": event.time,
         "payload": event_payload(event),
+        "restart": event.restart,
     }
 
 
@@ -162,6 +164,12 @@ def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
     The state the hooks derive (RUNNING, then COMPLETED or FAILED by exit code) never
     replaces one that came from Slurm.
 
+    A requeued job runs again under its id (`event.restart`, Slurm's restart count): like
+    `sacct` without `-D`, the row shows the newest run. An event of a newer run than the
+    row's starts that run afresh (start, end, exit code, nodes); an older run's event only fills
+    what the row lacks (user, account...). The GPU totals still cover every run: they
+    come from the per-run `job_gpus` and summaries.
+
     Args:
         existing: the stored row's JOB_COLUMNS (other keys are ignored), or None.
         event: a prolog ("started") or epilog ("ended") event.
@@ -173,6 +181,18 @@ def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
     row: Row = {name: None for name in JOB_COLUMNS}
     if existing is not None:
         row.update({name: existing.get(name) for name in JOB_COLUMNS})
+    current = row["restart"] or 0
+    if event.restart > current or row["restart"] is None:
+        if event.restart > current:  # a newer run: the older run's times are not its own
+            row.update(start_time=None, end_time=None, exit_code=None, nodes=None)
+            if row["state"] in HOOK_STATES:
+                row["state"] = None
+        row["restart"] = event.restart
+    elif event.restart < current:
+        for name in ("user", "account", "partition"):
+            if not row[name] and getattr(event, name):
+                row[name] = getattr(event, name)
+        return row
     if event.kind is JobEventKind.STARTED:
         for name in ("user", "account", "partition"):
             if getattr(event, name):

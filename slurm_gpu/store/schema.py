@@ -49,7 +49,11 @@ jobs = sa.Table(
     _time("start_time", nullable=True),
     _time("end_time", nullable=True),
     sa.Column("nodes", sa.Text()),
+    # GPUs held at once: the most any one run of the job held (revision 0004).
     sa.Column("gpus", sa.Integer()),
+    # The newest run the hooks reported (Slurm's restart count; None before 0004 or from
+    # sacct only): start, end, exit code and state are that run's, as sacct shows them.
+    sa.Column("restart", sa.Integer()),
 )
 sa.Index(None, jobs.c.start_time)
 # Reports select a period by end_time >= since (a month of a year-long store); see
@@ -68,6 +72,9 @@ job_gpus = sa.Table(
     sa.Column("gpu_uuid", sa.String(UUID), nullable=False, server_default=""),
     _time("start", nullable=True),
     _time("end", nullable=True),
+    # Which run of the job (Slurm's restart count; a requeued job runs again under its
+    # id): each run's GPUs are their own rows (revision 0004; older rows are run 0).
+    sa.Column("restart", sa.Integer(), primary_key=True, autoincrement=False, server_default="0"),
 )
 
 gpu_intervals = sa.Table(
@@ -150,6 +157,8 @@ job_gpu_summaries = sa.Table(
     sa.Column("user", sa.String(NAME), nullable=False),
     sa.Column("account", sa.String(NAME), nullable=False),
     sa.Column("partition", sa.String(NAME), nullable=False),
+    # One summary per run of a job and GPU (revision 0004; older rows are run 0).
+    sa.Column("restart", sa.Integer(), primary_key=True, autoincrement=False, server_default="0"),
 )
 sa.Index(None, job_gpu_summaries.c.end)
 sa.Index(None, job_gpu_summaries.c.user)
@@ -180,6 +189,7 @@ job_events = sa.Table(
     _time("time"),
     # The whole JobEvent as JSON, so nothing a hook reported is lost.
     sa.Column("payload", sa.Text(), nullable=False),
+    sa.Column("restart", sa.Integer(), nullable=False, server_default="0"),  # revision 0004
 )
 sa.Index(None, job_events.c.job_id)
 

@@ -383,7 +383,9 @@ class Store:
         A started event fills the job's user, uid, account, partition, array/het ids and
         start time and adds one `job_gpus` row per GPU index; an ended event sets the end
         time and exit code (of the job, and of that node's `job_gpus` rows). Events may
-        arrive in any order, and more than once.
+        arrive in any order, and more than once. Each run of a requeued job (its
+        `restart`) has its own events and `job_gpus` rows; the job's `gpus` is the most
+        GPUs one run held, and its times are the newest run's (`convert.merge_job_event`).
 
         Returns:
             The number of events newly stored.
@@ -406,6 +408,7 @@ class Store:
                     "gpu_uuid": "",
                     "start": e.time,
                     "end": None,
+                    "restart": e.restart,
                 }
                 for e in events
                 if e.kind is JobEventKind.STARTED
@@ -413,24 +416,25 @@ class Store:
             ]
             if gpu_rows:
                 conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
-            self._set_gpu_ends(conn, {(e.job_id, e.node) for e in events})
+            self._set_gpu_ends(conn, {(e.job_id, e.node, e.restart) for e in events})
             self._merge_jobs(conn, events)
             return new
 
-    def _set_gpu_ends(self, conn: sa.Connection, pairs: set[tuple[int, str]]) -> None:
+    def _set_gpu_ends(self, conn: sa.Connection, runs: set[tuple[int, str, int]]) -> None:
         # From the stored ended events, so an epilog event that arrived before the prolog's
-        # still ends the GPUs the prolog's event adds.
+        # still ends the GPUs the prolog's event adds; each run's GPUs by that run's epilog.
         e, g = job_events.c, job_gpus.c
         ended = (
             sa.select(sa.func.max(e.time))
             .where(e.cluster == g.cluster, e.job_id == g.job_id, e.node == g.node)
-            .where(e.kind == JobEventKind.ENDED.value)
+            .where(e.restart == g.restart, e.kind == JobEventKind.ENDED.value)
             .scalar_subquery()
         )
-        for job_id, node in sorted(pairs):
+        for job_id, node, restart in sorted(runs):
             conn.execute(
                 sa.update(job_gpus)
                 .where(g.cluster == self.cluster, g.job_id == job_id, g.node == node)
+                .where(g.restart == restart)
                 .values(end=ended)
             )
 
@@ -445,13 +449,14 @@ class Store:
         }
         for event in sorted(events, key=lambda e: (e.time, e.kind.value)):
             rows[event.job_id] = convert.merge_job_event(rows.get(event.job_id), event)
-        gpus: dict[int, int] = dict(
-            conn.execute(
-                sa.select(g.job_id, sa.func.count())
-                .where(g.cluster == self.cluster, g.job_id.in_(job_ids))
-                .group_by(g.job_id)
-            ).all()
-        )
+        # GPUs held at once: the most of any one run (all nodes), not the sum over runs.
+        gpus: dict[int, int] = {}
+        for job_id, count in conn.execute(
+            sa.select(g.job_id, sa.func.count())
+            .where(g.cluster == self.cluster, g.job_id.in_(job_ids))
+            .group_by(g.job_id, g.restart)
+        ).all():
+            gpus[job_id] = max(gpus.get(job_id, 0), int(count))
         params = []
         for job_id in job_ids:
             row = {name: rows[job_id].get(name) for name in convert.JOB_COLUMNS}
@@ -499,12 +504,12 @@ class Store:
             return dict(row) if row is not None else None
 
     def job_gpus(self, job_id: int) -> list[dict[str, Any]]:
-        """The `job_gpus` rows of `job_id`, ordered by node and Slurm index."""
+        """The `job_gpus` rows of `job_id`, by run, node and Slurm index."""
         g = job_gpus.c
         query = (
             sa.select(job_gpus)
             .where(g.cluster == self.cluster, g.job_id == job_id)
-            .order_by(g.node, g.slurm_index)
+            .order_by(g.restart, g.node, g.slurm_index)
         )
         with self.reading(f"reading GPUs of job {job_id}") as conn:
             return [dict(r) for r in conn.execute(query).mappings()]
@@ -512,14 +517,15 @@ class Store:
     # ------------------------------------------------------------------ summaries
 
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        """Store job GPU summaries; one with a stored key (job, node, GPU) replaces it.
+        """Store job GPU summaries; one with a stored key (job, node, GPU, run) replaces it.
 
         Returns:
             The number of summaries written (an upsert: new and replaced alike).
         """
         if not rows:
             return 0
-        update = [n for n in convert.SUMMARY_FIELDS if n not in ("job_id", "node", "gpu_uuid")]
+        key = ("job_id", "node", "gpu_uuid", "restart")
+        update = [n for n in convert.SUMMARY_FIELDS if n not in key]
         with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
             conn.execute(
                 upsert(self.dialect, job_gpu_summaries, update),
@@ -528,12 +534,12 @@ class Store:
         return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
-        """The summaries of `job_id` in this store's cluster, ordered by node and GPU."""
+        """The summaries of `job_id` in this store's cluster, by run, node and GPU."""
         s = job_gpu_summaries.c
         query = (
             sa.select(job_gpu_summaries)
             .where(s.cluster == self.cluster, s.job_id == job_id)
-            .order_by(s.node, s.gpu_uuid)
+            .order_by(s.restart, s.node, s.gpu_uuid)
         )
         with self.reading(f"reading summaries of job {job_id}") as conn:
             return [convert.row_to_summary(r) for r in conn.execute(query).mappings()]

@@ -86,3 +86,14 @@ def test_file_removed_between_listing_and_reading_is_skipped(tmp_path: Path, sub
         found = [e.event.job_id for e in read_events(node_dir, "gpu1")]
 
     assert [8] == found
+
+
+def test_restart_count_is_read_from_events_and_bindings(tmp_path: Path) -> None:
+    """`restart=2` (SLURM_RESTART_COUNT) is the run; a file without it is run 0."""
+    _write(tmp_path / "events" / "7.started.1", "job_id=7\nrestart=2\nend=1\n", age=0)
+    _write(tmp_path / "events" / "8.started.1", "job_id=8\nend=1\n", age=0)
+    _write(tmp_path / "bindings" / "7.0", "job_id=7\ngpu_index=0\nrestart=2\nend=1\n", age=0)
+    events = {e.event.job_id: e.event for e in read_events(tmp_path, "gpu1")}
+    (binding,) = read_bindings(tmp_path)
+    assert (2, 0, 2) == (events[7].restart, events[8].restart, binding.restart)
+    assert ("gpu1:7:started:2", "gpu1:8:started") == (events[7].key, events[8].key)

@@ -181,12 +181,22 @@ def test_prolog_records_array_and_het_ids_when_set(hooks: Hooks) -> None:
     assert expected == {k: binding[k] for k in expected}
 
 
+def test_hooks_record_the_restart_count_of_a_requeued_job(hooks: Hooks) -> None:
+    """SLURM_RESTART_COUNT (the run of a requeued job) is `restart` in every file."""
+    env = {**JOB_ENV, "SLURM_RESTART_COUNT": "1"}
+    hooks.run("prolog", env)
+    binding = parse(hooks.node() / "bindings" / "4242.0")
+    hooks.run("epilog", {**env, "SLURM_JOB_EXIT_CODE": "0"})
+    events = [parse(hooks.node() / "events" / name) for name in names(hooks.node() / "events")]
+    assert ["1", "1", "1"] == [binding["restart"], *(e["restart"] for e in events)]
+
+
 def test_prolog_without_array_ids_writes_no_array_keys(hooks: Hooks) -> None:
     """A plain job's files carry no array_*/het_* keys."""
     hooks.run("prolog", JOB_ENV)
 
     keys = set(parse(hooks.node() / "bindings" / "4242.0"))
-    assert set() == {k for k in keys if k.startswith(("array_", "het_"))}
+    assert set() == {k for k in keys if k.startswith(("array_", "het_", "restart"))}
 
 
 def test_prolog_expands_gpu_ranges(hooks: Hooks) -> None:

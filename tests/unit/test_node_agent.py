@@ -281,3 +281,108 @@ def test_process_owner_reads_the_real_uid(tmp_path: Path) -> None:
     (tmp_path / "77" / "status").write_text("Name:\tx\nUid:\t987654\t0\t0\t0\n")
     owners = (process_owner(os.getpid()), process_owner(77, tmp_path), process_owner(78, tmp_path))
     assert (pwd.getpwuid(os.getuid()).pw_name, "987654", "?") == owners
+
+
+def test_ending_job_never_gets_the_next_jobs_memory(rig: Rig) -> None:
+    """Job 7 ends and job 8 starts on one GPU within one tick: 7 keeps its own peak memory.
+
+    The read at T0+20 sees job 8's 40 GiB; job 7 used 1 GiB until it ended at T0+15.
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.mem_used_bytes = 2**30
+    start_job(node_dir, 7, [0], T0 - 15)
+    clock.now += 10
+    agent.tick()  # T0+10: job 7 reads 1 GiB
+    end_job(node_dir, 7, T0 + 15)
+    start_job(node_dir, 8, [0], T0 + 17)
+    gpus.mem_used_bytes = 40 * 2**30
+    clock.now += 10
+    agent.tick()  # T0+20: 40 GiB, job 8's
+    (summary,) = [decode_summary(p) for p in outbox(agent, "summary")]
+    expected = (7, 2**30, 15.0)  # job, peak bytes, GiB-seconds (1 GiB for the 15 s read)
+    assert expected == (summary.job_id, summary.mem_max_bytes, summary.mem_gib_seconds)
+
+
+def test_job_inside_one_window_has_unknown_memory(rig: Rig) -> None:
+    """A job that started and ended between two reads was never measured: memory unknown.
+
+    It does not get the memory the GPU held at the next read (another job's).
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.mem_used_bytes = 30 * 2**30
+    agent.tick()
+    start_job(node_dir, 5, [0], T0 + 2)
+    end_job(node_dir, 5, T0 + 4)
+    start_job(node_dir, 6, [0], T0 + 6)
+    clock.now += 10
+    agent.tick()
+    (summary,) = [decode_summary(p) for p in outbox(agent, "summary")]
+    assert (5, None, 0.0) == (summary.job_id, summary.mem_max_bytes, summary.mem_gib_seconds)
+
+
+def start_run(node_dir: Path, job: int, index: int, restart: int, at: float) -> None:
+    """The prolog of one run of a requeued job (SLURM_RESTART_COUNT=restart)."""
+    common = {"job_id": str(job), "user": "alice", "account": "physics"}
+    if restart:
+        common["restart"] = str(restart)
+    binding = {**common, "gpu_index": str(index)}
+    write_hook_file(node_dir / "bindings" / f"{job}.{index}", binding, at)
+    event = {**common, "gpu_indices": str(index)}
+    write_hook_file(node_dir / "events" / f"{job}.started.{100 + restart}", event, at)
+
+
+def end_run(node_dir: Path, job: int, restart: int, at: float) -> None:
+    """The epilog of one run of a requeued job."""
+    for p in (node_dir / "bindings").glob(f"{job}.*"):
+        p.unlink()
+    fields = {"job_id": str(job), "exit_code": "0"}
+    if restart:
+        fields["restart"] = str(restart)
+    write_hook_file(node_dir / "events" / f"{job}.ended.{200 + restart}", fields, at)
+
+
+def test_requeued_job_has_one_summary_per_run(rig: Rig) -> None:
+    """Run 0 on GPU 0, run 1 on GPU 1: two summaries, each with its own run's time.
+
+    Run 1 starts on the same tick as run 0's end is seen, and its span is kept.
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 60.0
+    gpus.util["A"] = lambda t: 30.0
+    agent.tick()
+    start_run(node_dir, 21, 0, 0, T0 + 5)
+    run_until(agent, clock, T0 + 40)
+    end_run(node_dir, 21, 0, T0 + 45)
+    start_run(node_dir, 21, 1, 1, T0 + 48)
+    run_until(agent, clock, T0 + 100)
+    end_run(node_dir, 21, 1, T0 + 105)
+    run_until(agent, clock, T0 + 120)
+    summaries = sorted((decode_summary(p) for p in outbox(agent, "summary")), key=lambda s: s.start)
+    expected = [("B", 40.0, 60.0, 0.0), ("A", 57.0, 30.0, 0.0)]
+    actual = [
+        (s.gpu_uuid, s.gpu_seconds, s.util_mean_percent, s.missing_seconds) for s in summaries
+    ]
+    assert expected == actual
+    assert [0, 1] == [getattr(s, "restart", None) for s in summaries]
+
+
+def test_requeued_job_on_the_same_gpu_keeps_both_runs(rig: Rig) -> None:
+    """Both runs on GPU 0, the second starting 3 s after the first ended: two summaries.
+
+    Neither run's time nor readings are merged into the other's.
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 80.0 if t <= T0 + 45 else 20.0
+    agent.tick()
+    start_run(node_dir, 22, 0, 0, T0 + 5)
+    run_until(agent, clock, T0 + 40)
+    end_run(node_dir, 22, 0, T0 + 45)
+    start_run(node_dir, 22, 0, 1, T0 + 48)
+    run_until(agent, clock, T0 + 100)
+    end_run(node_dir, 22, 1, T0 + 105)
+    run_until(agent, clock, T0 + 120)
+    summaries = sorted((decode_summary(p) for p in outbox(agent, "summary")), key=lambda s: s.start)
+    expected = [(T0 + 5, T0 + 45, 80.0), (T0 + 48, T0 + 105, 20.0)]
+    assert expected == [(s.start, s.end, s.util_mean_percent) for s in summaries]
+    events = [json.loads(p) for p in outbox(agent, "event")]
+    assert [0, 0, 1, 1] == sorted(e.get("restart", 0) for e in events)
