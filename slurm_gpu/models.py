@@ -223,6 +223,11 @@ class Action(StrEnum):
     SET_FAIRSHARE = "set_fairshare"
     DRAIN = "drain"
     REPORT = "report"
+    # Exemptions in the audit log (records; nothing is done through Slurm): granted by
+    # `slurm-gpu exempt`, relied on (a policy skipped a job it would have acted on), ended.
+    EXEMPT = "exempt"
+    SKIP = "skip"
+    EXPIRE = "expire"
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,12 @@ def run_cmd(app: App, once: bool, dry_run: bool) -> None:
         if report.skipped:
             raise click.ClickException(f"cycle skipped: {report.skipped}")
         mode = "dry-run" if dry else "enforcing"
+        if report.store_down_since is not None:
+            click.echo(
+                f"store unavailable: {report.spooled} decision(s) spooled to "
+                f"{controller.spool.path}",
+                err=True,
+            )
         for verdict in report.verdicts:
             click.echo(
                 f"{mode} {verdict.policy} {verdict.action.value} {verdict.target}: {verdict.reason}"

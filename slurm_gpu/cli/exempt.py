@@ -47,8 +47,19 @@ def exempt_cmd(
     if seconds <= 0:
         raise click.BadParameter("must be longer than 0s", param_hint="--for")
     now = time.time()
+    # The job's owner, as the store knows it, goes into the audit row, so that the
+    # exemption shows among the job's rows.
+    known = app.store.job(int(target)) if kind == "job" else None
     exemption_id = app.control.add_exemption(
-        kind, str(target), now + seconds, reason, _caller(), now, policy=policy
+        kind,
+        str(target),
+        now + seconds,
+        reason,
+        _caller(),
+        now,
+        policy=policy,
+        user=str((known or {}).get("user") or ""),
+        account=str((known or {}).get("account") or ""),
     )
     until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now + seconds))
     click.echo(

@@ -41,6 +41,7 @@ def backtest_cmd(app: App, start: str, end: str, step: str | None, as_json: bool
     for name, outcome in result.policies.items():
         click.echo(
             f"{name}: warned {len(outcome.warned)} {sorted(outcome.warned)}; "
+            f"noticed {len(outcome.noticed)} {sorted(outcome.noticed)}; "
             f"cancelled {len(outcome.cancelled)} {sorted(outcome.cancelled)}; "
             f"GPU-hours returned {outcome.gpu_hours_returned:.2f}"
         )
@@ -55,6 +56,7 @@ def _document(result: BacktestResult) -> dict[str, object]:
         "policies": {
             name: {
                 "warned": sorted(o.warned),
+                "noticed": sorted(o.noticed),
                 "cancelled": sorted(o.cancelled),
                 "gpu_hours_returned": round(o.gpu_hours_returned, 4),
             }

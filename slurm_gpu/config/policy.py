@@ -13,6 +13,7 @@ import json
 import re
 import zoneinfo
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from slurm_gpu.config._loader import doc
@@ -138,6 +139,12 @@ class ControllerSettings:
         metadata=doc(
             'IANA time zone for quota weeks/months and times in messages; "" = host local.',
             check=_check_timezone,
+        ),
+    )
+    audit_spool: Path = field(
+        default=Path("/var/lib/slurm-gpu/controller/audit-spool.jsonl"),
+        metadata=doc(
+            "Local file holding decisions made while the store is down, until it is back."
         ),
     )
 

@@ -3,8 +3,11 @@
 The same `evaluate()` the controller runs, replayed every [controller] interval over the
 jobs and GPU intervals in the store, with the GPU activity each step would have seen
 rebuilt from the intervals (newest reading, newest busy interval). Warnings start grace
-periods and cancellations end jobs, as live. So an admin can try thresholds in dry-run
-before enforcing, and see the GPU-hours each policy would have returned.
+periods and cancellations end jobs, as live; notices (some of a job's GPUs idle) are
+listed as the live controller audits them, once per job. So a backtest and an enforcing
+run over the same window list the same warnings, notices and cancellations, an admin can
+try thresholds in dry-run before enforcing, and see the GPU-hours each policy would have
+returned.
 
 Quotas, hot nodes and unallocated use depend on state outside the jobs' own history and
 are not replayed.
@@ -29,13 +32,15 @@ class PolicyOutcome:
     """One policy's replayed decisions."""
 
     warned: dict[int, float] = field(default_factory=dict)
+    noticed: dict[int, float] = field(default_factory=dict)
+    """Jobs given a notice (some GPUs idle while others work), and when first."""
     cancelled: dict[int, float] = field(default_factory=dict)
     gpu_hours_returned: float = 0.0
 
 
 @dataclass
 class BacktestResult:
-    """Per policy, which jobs would have been warned and cancelled, and when."""
+    """Per policy, which jobs would have been warned, noticed and cancelled, and when."""
 
     since: float
     until: float
@@ -133,6 +138,8 @@ def backtest(
                 warned.setdefault((v.job_id, v.policy), t)
                 outcome.warned.setdefault(v.job_id, t)
                 flagged.add((v.job_id, v.policy))
+            elif v.action is Action.NOTICE:
+                outcome.noticed.setdefault(v.job_id, t)
             elif v.action in (Action.CANCEL, Action.CAP_TIME):
                 outcome.cancelled.setdefault(v.job_id, t)
                 ended[v.job_id] = t

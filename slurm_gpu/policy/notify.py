@@ -1,9 +1,11 @@
 """Telling users and admins what the controller saw and will do: email and a webhook.
 
 One message per job and alert kind (the store's `notifications` table remembers what went
-out), and at most one message per user per `user_rate_limit` unless it is a cancellation
-(which a user must always hear about). A failing channel is logged; it never stops the
-controller from acting.
+out). `user_rate_limit` spaces out only the messages that neither announce nor report an
+action on a user's jobs (`RATE_LIMITED`: notices and reports); warnings, which announce a
+cancellation, and actions always go out, and the admins' copy is never held back. A
+failing channel is logged; it never stops the controller from acting (the controller
+makes a cancellation wait for its warning: `slurm_gpu.policy.controller`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ log = logging.getLogger(__name__)
 
 # Alerts a user always gets, whatever the rate limit: they change what happens to a job.
 URGENT = frozenset({Action.CANCEL, Action.CAP_TIME, Action.HOLD, Action.BLOCK})
+# The only messages `[notify] user_rate_limit` holds back from a user (never from the
+# admins): they tell about a job's use but announce nothing. A warning announces a
+# cancellation, cap, hold or block, so it is never held back (issue #11).
+RATE_LIMITED = frozenset({Action.NOTICE, Action.REPORT})
 
 
 @dataclass(frozen=True)
@@ -96,19 +102,38 @@ class Notifier:
             if on
         ]
 
-    def recipients(self, verdict: Verdict) -> tuple[str, ...]:
-        """The user's address (user@user_email_domain) and the admins'."""
+    def reaches_user(self, verdict: Verdict) -> bool:
+        """Whether a message about `verdict` can be mailed to its user at all.
+
+        Only e-mail reaches a user (user@user_email_domain); the webhook is the admins'.
+        """
+        return bool(self.settings.smtp_host and self.settings.user_email_domain and verdict.user)
+
+    def recipients(self, verdict: Verdict, to_user: bool = True) -> tuple[str, ...]:
+        """The user's address (user@user_email_domain) and the admins'.
+
+        Args:
+            verdict: the decision the message is about.
+            to_user: include the user; False for the admins' copy alone (a message the
+                rate limit holds back from the user).
+        """
         to: list[str] = []
-        if verdict.user and self.settings.user_email_domain:
+        if to_user and verdict.user and self.settings.user_email_domain:
             to.append(f"{verdict.user}@{self.settings.user_email_domain}")
         to += self.settings.admin_emails
         return tuple(dict.fromkeys(to))
 
-    def send(self, verdict: Verdict, dry_run: bool = False) -> list[str]:
-        """Sends one verdict on every configured channel; returns the channels that worked."""
+    def send(self, verdict: Verdict, dry_run: bool = False, to_user: bool = True) -> list[str]:
+        """Sends one verdict on every configured channel; returns the channels that worked.
+
+        Args:
+            verdict: the decision.
+            dry_run: say that nothing was changed in Slurm.
+            to_user: mail the user too; False sends the admins' copy (and the webhook) only.
+        """
         message = render(verdict, self.cluster, self.settings.exemption_contact, dry_run)
         sent: list[str] = []
-        to = self.recipients(verdict)
+        to = self.recipients(verdict, to_user)
         if self.settings.smtp_host and to:
             try:
                 self._email(message, to)

@@ -7,6 +7,7 @@ came with schema revision 0002. Reach it as `store.control` (built once per stor
 from __future__ import annotations
 
 import json
+import time as _time_module
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from slurm_gpu.errors import StoreError
-from slurm_gpu.models import Verdict
+from slurm_gpu.models import Action, Verdict
 from slurm_gpu.store.dialect import insert_ignore
 from slurm_gpu.store.schema import (
     audit_log,
@@ -29,6 +30,31 @@ from slurm_gpu.store.schema import (
 
 if TYPE_CHECKING:  # store.py builds `Store.control` from this module
     from slurm_gpu.store.store import Store
+
+EVERY_POLICY = "all"
+"""The audit rows' policy of an exemption from every policy."""
+
+
+def audit_row(
+    verdict: Verdict, *, time: float, cycle: str, controller: str, dry_run: bool, outcome: str
+) -> dict[str, Any]:
+    """The audit_log columns (but the cluster) of one verdict: written or spooled."""
+    return {
+        "time": time,
+        "cycle": cycle,
+        "controller": controller,
+        "dry_run": dry_run,
+        "policy": verdict.policy,
+        "action": verdict.action.value,
+        "target": verdict.target,
+        "job_id": verdict.job_id,
+        "user": verdict.user,
+        "account": verdict.account,
+        "node": verdict.node,
+        "reason": verdict.reason,
+        "details": json.dumps(dict(verdict.details), default=str, sort_keys=True),
+        "outcome": outcome,
+    }
 
 
 @dataclass(frozen=True)
@@ -64,6 +90,28 @@ class ExemptionRecord:
     reason: str
     created_by: str
     created_at: float
+
+    @property
+    def scope(self) -> str:
+        """What is exempt, as audit targets and `Exemption.scope` spell it: "job:123"."""
+        return f"{self.kind}:{self.target}"
+
+    def describe(self) -> str:
+        """For audit reasons: "Exemption 3 of job 123 from idle_gpu until 2024-06-01 14:00"."""
+        until = _time_module.strftime("%Y-%m-%d %H:%M:%S", _time_module.localtime(self.until))
+        return (
+            f"Exemption {self.id} of {self.kind} {self.target} from "
+            f"{self.policy or 'every policy'} until {until} (by {self.created_by})"
+        )
+
+    def details(self) -> dict[str, Any]:
+        """The figures its audit rows carry."""
+        return {
+            "exemption_id": self.id,
+            "until": self.until,
+            "created_by": self.created_by,
+            "exemption_reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)
@@ -117,28 +165,24 @@ class ControlStore:
         outcome: str,
     ) -> list[int]:
         """Writes verdicts to the audit log (before acting); returns their ids."""
-        ids: list[int] = []
-        with self.store.writing(f"auditing {len(verdicts)} verdicts") as conn:
-            for v in verdicts:
-                result = conn.execute(
-                    audit_log.insert().values(
-                        cluster=self.cluster,
-                        time=time,
-                        cycle=cycle,
-                        controller=controller,
-                        dry_run=dry_run,
-                        policy=v.policy,
-                        action=v.action.value,
-                        target=v.target,
-                        job_id=v.job_id,
-                        user=v.user,
-                        account=v.account,
-                        node=v.node,
-                        reason=v.reason,
-                        details=json.dumps(dict(v.details), default=str, sort_keys=True),
-                        outcome=outcome,
-                    )
+        return self.audit_rows(
+            [
+                audit_row(
+                    v, time=time, cycle=cycle, controller=controller, dry_run=dry_run,
+                    outcome=outcome,
                 )
+                for v in verdicts
+            ]
+        )  # fmt: skip
+
+    def audit_rows(self, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Writes audit rows as `audit_row` builds them (the controller's spool); their ids."""
+        ids: list[int] = []
+        if not rows:
+            return ids
+        with self.store.writing(f"auditing {len(rows)} decisions") as conn:
+            for row in rows:
+                result = conn.execute(audit_log.insert().values(cluster=self.cluster, **row))
                 ids.append(_new_id(result))
         return ids
 
@@ -147,6 +191,20 @@ class ControlStore:
         with self.store.writing("recording an action's outcome") as conn:
             conn.execute(
                 audit_log.update().where(audit_log.c.id == audit_id).values(outcome=outcome[:255])
+            )
+
+    def note_details(self, audit_id: int, **details: object) -> None:
+        """Adds figures to an audited decision after the fact (whom its message reached)."""
+        c = audit_log.c
+        with self.store.writing("noting what came of a decision") as conn:
+            row = conn.execute(sa.select(c.details).where(c.id == audit_id)).first()
+            if row is None:
+                return
+            merged = {**json.loads(row.details or "{}"), **details}
+            conn.execute(
+                audit_log.update()
+                .where(c.id == audit_id)
+                .values(details=json.dumps(merged, default=str, sort_keys=True))
             )
 
     def audit_entries(
@@ -231,8 +289,22 @@ class ControlStore:
         created_by: str,
         created_at: float,
         policy: str = "",
+        user: str = "",
+        account: str = "",
     ) -> int:
-        """Records an exemption; returns its id."""
+        """Records an exemption, and its audit row in the same transaction; returns its id.
+
+        Args:
+            kind: "job", "user" or "account".
+            target: the job id, user or account name.
+            until: when it stops applying (POSIX seconds).
+            reason: why, as the admin gave it.
+            created_by: who granted it (the caller's login).
+            created_at: when (POSIX seconds).
+            policy: the policy it exempts from; "" is every policy.
+            user: the job's user, for a job exemption (so its owner sees the audit row).
+            account: the job's account, likewise.
+        """
         if kind not in ("job", "user", "account"):
             raise ValueError(f"exemption kind must be job, user or account, not {kind!r}")
         with self.store.writing("adding an exemption") as conn:
@@ -248,13 +320,43 @@ class ControlStore:
                     created_at=created_at,
                 )
             )
-            return _new_id(result)
+            exemption_id = _new_id(result)
+            record = ExemptionRecord(
+                exemption_id, kind, target, policy, until, reason, created_by, created_at
+            )
+            conn.execute(
+                audit_log.insert().values(
+                    cluster=self.cluster,
+                    time=created_at,
+                    cycle="",
+                    controller=f"slurm-gpu exempt ({created_by})"[:255],
+                    dry_run=False,
+                    policy=policy or EVERY_POLICY,
+                    action=Action.EXEMPT.value,
+                    target=record.scope,
+                    job_id=int(target) if kind == "job" else None,
+                    user=user or (target if kind == "user" else ""),
+                    account=account or (target if kind == "account" else ""),
+                    node="",
+                    reason=f"{record.describe()} granted: {reason}",
+                    details=json.dumps(record.details(), sort_keys=True),
+                    outcome="recorded",
+                )
+            )
+            return exemption_id
 
-    def exemptions(self, now: float | None = None) -> list[ExemptionRecord]:
-        """Exemptions still in force at `now` (every one when None)."""
+    def exemptions(
+        self, now: float | None = None, *, ended_since: float | None = None
+    ) -> list[ExemptionRecord]:
+        """Exemptions still in force at `now` (every one when None).
+
+        With `ended_since`, instead those that ended in [ended_since, now] (expired).
+        """
         c = exemptions.c
         query = sa.select(exemptions).where(c.cluster == self.cluster)
-        if now is not None:
+        if now is not None and ended_since is not None:
+            query = query.where(c.until >= ended_since, c.until <= now)
+        elif now is not None:
             query = query.where(c.until > now)
         with self.store.reading("reading exemptions") as conn:
             return [
@@ -333,6 +435,12 @@ class ControlStore:
                 )
             )
             return True
+
+    def release_notification(self, key: str) -> None:
+        """Forgets claim `key` (its message did not go out), so a later cycle sends it."""
+        c = notifications.c
+        with self.store.writing("releasing a notification") as conn:
+            conn.execute(notifications.delete().where(c.cluster == self.cluster, c.key == key))
 
     def last_notified(self, user: str) -> float | None:
         """When `user` was last sent anything (per-user rate limiting)."""

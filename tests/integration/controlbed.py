@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +16,8 @@ CONTROLLER_BASE = """
 [controller]
 enforce = {enforce}
 interval = "5s"
-lease_seconds = 30
+lease_seconds = {lease_seconds}
+audit_spool = "{audit_spool}"
 
 [policy.idle_gpu]
 enabled = {idle_enabled}
@@ -36,7 +38,7 @@ smtp_from = "slurm-gpu@testbed.local"
 user_email_domain = "testbed.local"
 admin_emails = ["admins@testbed.local"]
 webhook_url = "{webhook_url}"
-user_rate_limit = "0s"
+user_rate_limit = "{user_rate_limit}"
 exemption_contact = "hpc-help@testbed.local"
 {extra}
 """
@@ -51,10 +53,16 @@ def write_config(testbed: TestBed, name: str, **values: Any) -> Path:
         "max_runtime_accounts": "",
         "smtp_port": 1,
         "webhook_url": "",
+        "user_rate_limit": "0s",
+        "lease_seconds": 30,
+        "store_url": "",
+        "audit_spool": testbed.state_dir / "controller" / f"audit-spool-{name}.jsonl",
         "extra": "",
         **values,
     }
     base = Path(testbed.env["SLURM_GPU_CONFIG"]).read_text()
+    if settings["store_url"]:  # a store of the scenario's own, in place of the bed's
+        base = re.sub(r'(?m)^url = ".*"$', f'url = "{settings["store_url"]}"', base, count=1)
     path = testbed.state_dir / "etc" / f"controller-{name}.toml"
     path.write_text(base + CONTROLLER_BASE.format(**settings))
     return path
@@ -106,6 +114,26 @@ def audit_of(control: ControlStore, job: int) -> list[AuditEntry]:
     return control.audit_entries(job_ids=[job])
 
 
+EXEMPTION_ACTIONS = ("exempt", "skip", "expire")
+"""Audit rows of `slurm-gpu exempt` exemptions: granted, relied on, ended."""
+
+
 def actions_of(control: ControlStore, job: int) -> list[str]:
-    """The distinct actions the audit log holds for a job, in first-seen order."""
-    return list(dict.fromkeys(e.action for e in audit_of(control, job) if e.action != "none"))
+    """The distinct policy actions the audit log holds for a job, in first-seen order.
+
+    Records (`none`) and exemption rows are left out: see `exemption_actions_of`.
+    """
+    return list(
+        dict.fromkeys(
+            e.action
+            for e in audit_of(control, job)
+            if e.action != "none" and e.action not in EXEMPTION_ACTIONS
+        )
+    )
+
+
+def exemption_actions_of(control: ControlStore, job: int) -> list[str]:
+    """The distinct exemption rows (granted, relied on, ended) of a job, in first-seen order."""
+    return list(
+        dict.fromkeys(e.action for e in audit_of(control, job) if e.action in EXEMPTION_ACTIONS)
+    )

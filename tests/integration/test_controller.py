@@ -6,10 +6,13 @@ what Slurm, the audit log and the SMTP/webhook receivers saw.
 
 from __future__ import annotations
 
+import itertools
 import json
+import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from tests.integration.controlbed import (
     actions_of,
     audit_of,
     controllers,
+    exemption_actions_of,
     slurm_gpu,
     write_config,
 )
@@ -40,9 +44,22 @@ def idle(testbed: TestBed, seconds: int = 300) -> str:
     return testbed.gpu_load("--pattern", "idle", "--seconds", str(seconds))
 
 
+def half_idle(testbed: TestBed, seconds: int = 300) -> str:
+    """A 2-GPU job's script: its first GPU busy at 60%, its second idle."""
+    busy = testbed.gpu_load("--util", "60", "--seconds", str(seconds))
+    return (
+        'G="$SLURM_JOB_GPUS"; '
+        f'SLURM_JOB_GPUS="${{G%%,*}}" {busy} & '
+        f'SLURM_JOB_GPUS="${{G##*,}}" {idle(testbed, seconds)}; wait'
+    )
+
+
 @pytest.fixture(scope="module")
 def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str, Any]]:
-    """Two controllers; an idle 2-GPU job among busy, exempt and memory-only ones."""
+    """Two controllers; an idle 2-GPU job among busy, half-idle, exempt and memory-only ones.
+
+    The exempt job's exemption lasts an hour; the busy job's one, 10 s (it expires).
+    """
     with smtp_receiver() as (port, inbox), webhook_receiver() as (url, hooks):
         config = write_config(testbed, "idle", smtp_port=port, webhook_url=url)
         start = time.time()
@@ -70,6 +87,9 @@ def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str,
                 "alice", "-p", "debug", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)
             ),
             "exempt": testbed.submit("bob", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
+            "half": testbed.submit(
+                "carol", "-A", "physics", "--gres=gpu:2", "-w", "gpu2", wrap=half_idle(testbed)
+            ),
         }
         try:
             for job in jobs.values():
@@ -83,6 +103,9 @@ def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str,
                 "1h",
                 "--reason",
                 "benchmark that loads data first",
+            )
+            slurm_gpu(
+                testbed, config, "exempt", str(jobs["busy"]), "--for", "10s", "--reason", "short"
             )
             with controllers(testbed, config, count=2):
                 state = testbed.wait_state(jobs["idle"], {"CANCELLED"}, timeout=150)
@@ -128,17 +151,39 @@ def test_two_controllers_cancel_once(idle_scenario: dict[str, Any], control: Con
 
 
 def test_other_jobs_are_untouched(idle_scenario: dict[str, Any], control: ControlStore) -> None:
-    """Busy, exempt-partition, exempted and memory-only jobs keep running, unwarned."""
+    """Busy, exempt-partition, exempted and memory-only jobs keep running, unwarned.
+
+    The half-idle job runs on with a notice only.
+    """
     jobs = idle_scenario["jobs"]
     states = idle_scenario["states"]
-    assert {n: states[n] for n in ("busy", "memory", "debug", "exempt")} == {
+    assert {n: states[n] for n in ("busy", "memory", "debug", "exempt", "half")} == {
         "busy": "RUNNING",
         "memory": "RUNNING",
         "debug": "RUNNING",
         "exempt": "RUNNING",
+        "half": "RUNNING",
     }
     for name in ("busy", "memory", "debug", "exempt"):
         assert actions_of(control, jobs[name]) == [], name
+    assert actions_of(control, jobs["half"]) == ["notice"]
+
+
+def test_exemptions_are_in_the_audit_of_their_jobs(
+    testbed: TestBed, idle_scenario: dict[str, Any], control: ControlStore
+) -> None:
+    """`audit -j` shows each exemption granted, relied on (the idle job) and ended."""
+    jobs = idle_scenario["jobs"]
+    assert exemption_actions_of(control, jobs["exempt"]) == ["exempt", "skip"]
+    assert exemption_actions_of(control, jobs["busy"]) == ["exempt", "expire"]
+    out = slurm_gpu(testbed, idle_scenario["config"], "audit", "-j", str(jobs["exempt"]), "-P")
+    rows = [line.split("|") for line in out.strip().splitlines()[1:]]
+    assert [(r[2], r[3], r[5]) for r in rows] == [
+        ("all", "exempt", "bob"),
+        ("idle_gpu", "skip", "bob"),
+    ]
+    assert "benchmark that loads data first" in rows[0][8]
+    assert "would have warned" in rows[1][8]
 
 
 def test_user_and_admins_got_the_warning_and_the_cancellation(
@@ -174,9 +219,12 @@ def test_audit_command_lists_the_decisions(testbed: TestBed, idle_scenario: dict
 
 
 def test_backtest_reports_the_jobs_the_live_run_acted_on(
-    testbed: TestBed, idle_scenario: dict[str, Any]
+    testbed: TestBed, idle_scenario: dict[str, Any], control: ControlStore
 ) -> None:
-    """Replaying the same thresholds over the recorded window: the same job, warned+cancelled."""
+    """Replaying the same thresholds over the recorded window: the same warnings, notices, cancels.
+
+    Compared with what the enforcing run audited for the scenario's jobs.
+    """
     start, end = idle_scenario["window"]
     since = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(start - 1))
     until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(end + 1))
@@ -189,58 +237,98 @@ def test_backtest_reports_the_jobs_the_live_run_acted_on(
     idle_gpu = result["policies"]["idle_gpu"]
     assert [j for j in idle_gpu["cancelled"] if j in ours] == [jobs["idle"]]
     assert [j for j in idle_gpu["warned"] if j in ours] == [jobs["idle"]]
+    assert [j for j in idle_gpu["noticed"] if j in ours] == [jobs["half"]]
+    live = {
+        action: sorted(
+            job
+            for job in ours
+            if any(e.action == action and e.policy == "idle_gpu" for e in audit_of(control, job))
+        )
+        for action in ("warn", "notice", "cancel")
+    }
+    replayed = {
+        action: sorted(j for j in idle_gpu[key] if j in ours)
+        for action, key in (("warn", "warned"), ("notice", "noticed"), ("cancel", "cancelled"))
+    }
+    assert replayed == live
 
 
 @pytest.fixture(scope="module")
 def runtime_scenario(
     testbed: TestBed, control: ControlStore, idle_scenario: dict[str, Any]
 ) -> Iterator[dict[str, Any]]:
-    """Max runtime, memory-only-is-idle, and a node whose agent is down, in one run."""
-    config = write_config(
-        testbed, "runtime", memory_only_is_idle="true", max_runtime_accounts='bio = "40s"'
-    )
-    jobs = {
-        "long": testbed.submit(
-            "bob",
-            "--gres=gpu:1",
-            "-w",
-            "gpu1",
-            wrap=testbed.gpu_load("--util", "60", "--seconds", "300"),
-        ),
-        "memory": testbed.submit(
-            "carol",
-            "-A",
-            "physics",
-            "--gres=gpu:1",
-            "-w",
-            "gpu1",
-            wrap=testbed.gpu_load("--pattern", "memory-only", "--mem", "4096", "--seconds", "300"),
-        ),
-        "blind": testbed.submit("alice", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
-    }
-    testbed.launcher("agent", "stop", "gpu2")
-    try:
-        for job in jobs.values():
-            testbed.wait_state(job, {"RUNNING"})
-        with controllers(testbed, config):
-            for name in ("long", "memory"):
-                testbed.wait_state(jobs[name], {"CANCELLED"}, timeout=150)
-            time.sleep(10)
-            blind_state = testbed.job_state(jobs["blind"])
-        yield {"jobs": jobs, "blind_state": blind_state}
-    finally:
-        testbed.run("scancel", *map(str, jobs.values()), check=False)
-        testbed.launcher("agent", "start", "gpu2")
+    """Max runtime, memory-only-is-idle, and a node whose agent is down, in one run.
+
+    bob's two bio jobs start 6 s apart under a 10 min user_rate_limit: both warnings
+    must still reach him (and the admins) before the cancellations.
+    """
+    with smtp_receiver() as (port, inbox):
+        config = write_config(
+            testbed,
+            "runtime",
+            memory_only_is_idle="true",
+            max_runtime_accounts='bio = "40s"',
+            smtp_port=port,
+            user_rate_limit="10m",
+        )
+        busy = testbed.gpu_load("--util", "60", "--seconds", "300")
+        jobs = {
+            "long": testbed.submit("bob", "--gres=gpu:1", "-w", "gpu1", wrap=busy),
+            "memory": testbed.submit(
+                "carol",
+                "-A",
+                "physics",
+                "--gres=gpu:1",
+                "-w",
+                "gpu1",
+                wrap=testbed.gpu_load(
+                    "--pattern", "memory-only", "--mem", "4096", "--seconds", "300"
+                ),
+            ),
+            "blind": testbed.submit("alice", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
+        }
+        testbed.launcher("agent", "stop", "gpu2")
+        try:
+            for job in jobs.values():
+                testbed.wait_state(job, {"RUNNING"})
+            time.sleep(6)  # a cycle later: its warning comes right after the first one's
+            jobs["long2"] = testbed.submit("bob", "--gres=gpu:1", "-w", "gpu1", wrap=busy)
+            testbed.wait_state(jobs["long2"], {"RUNNING"})
+            with controllers(testbed, config):
+                for name in ("long", "memory", "long2"):
+                    testbed.wait_state(jobs[name], {"CANCELLED"}, timeout=150)
+                time.sleep(10)
+                blind_state = testbed.job_state(jobs["blind"])
+            yield {"jobs": jobs, "blind_state": blind_state, "inbox": list(inbox)}
+        finally:
+            testbed.run("scancel", *map(str, jobs.values()), check=False)
+            testbed.launcher("agent", "start", "gpu2")
+
+
+def test_rate_limit_never_drops_a_warning_that_precedes_a_cancel(
+    runtime_scenario: dict[str, Any],
+) -> None:
+    """Both of bob's jobs: warned by mail, then cancelled and mailed; admins got every copy."""
+    jobs = runtime_scenario["jobs"]
+    inbox: list[Message] = runtime_scenario["inbox"]
+    for name in ("long", "long2"):
+        job = jobs[name]
+        mine = [m for m in inbox if f"(job {job})" in m["Subject"]]
+        to_bob = [m["Subject"].split(": ", 1)[1] for m in mine if "bob@" in m["X-Rcpt-To"]]
+        to_admins = [m["Subject"].split(": ", 1)[1] for m in mine if "admins@" in m["X-Rcpt-To"]]
+        expected = [f"warning (job {job})", f"job cancelled (job {job})"]
+        assert (to_bob, to_admins) == (expected, expected), name
 
 
 def test_job_past_its_max_runtime_is_warned_then_cancelled(
     runtime_scenario: dict[str, Any], control: ControlStore
 ) -> None:
-    """bio's 40 s limit: bob's busy job is warned, then cancelled by max_runtime."""
-    job = runtime_scenario["jobs"]["long"]
-    policies = {(e.policy, e.action) for e in audit_of(control, job)}
-    assert {("max_runtime", "warn"), ("max_runtime", "cancel")} <= policies
-    assert not any(p == "idle_gpu" and a in ("warn", "cancel") for p, a in policies)
+    """bio's 40 s limit: bob's busy jobs are warned, then cancelled by max_runtime."""
+    for name in ("long", "long2"):
+        job = runtime_scenario["jobs"][name]
+        policies = {(e.policy, e.action) for e in audit_of(control, job)}
+        assert {("max_runtime", "warn"), ("max_runtime", "cancel")} <= policies
+        assert not any(p == "idle_gpu" and a in ("warn", "cancel") for p, a in policies)
 
 
 def test_memory_only_job_is_cancelled_when_configured(
@@ -292,6 +380,77 @@ def test_dry_run_audits_the_same_verdicts_and_changes_nothing(
     assert dry_run_scenario["state"] == "RUNNING"
     assert dry_run_scenario["inbox"] == []
     assert "slurm-gpu" not in testbed.sacct(job, "AdminComment").get("AdminComment", "")
+
+
+@contextmanager
+def store_locked(url: str) -> Iterator[None]:
+    """Another connection holds the SQLite store's write lock until the block ends."""
+    conn = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    finally:
+        conn.rollback()
+        conn.close()
+
+
+def test_max_runtime_keeps_its_cadence_while_the_store_is_locked(testbed: TestBed) -> None:
+    """The controller's store locked for 40 s: bob's bio job is still cancelled at its limit.
+
+    Cycles go on every 5 s (not every busy timeout, 30 s), the log says the store is
+    unavailable, and once the lock is gone the audit log holds the warning and the
+    cancel (spooled meanwhile). The controller has a store of its own here, so that the
+    lock stops no agent.
+    """
+    url = f"sqlite:///{testbed.state_dir / 'controller-outage.db'}"
+    Path(url.removeprefix("sqlite:///")).unlink(missing_ok=True)
+    log_path = testbed.state_dir / "log" / "test-controller-0.log"
+    log_start = log_path.stat().st_size if log_path.exists() else 0
+    job = testbed.submit(
+        "bob", "--gres=gpu:1", wrap=testbed.gpu_load("--util", "60", "--seconds", "300")
+    )
+    try:
+        with smtp_receiver() as (port, _inbox):
+            config = write_config(
+                testbed,
+                "outage",
+                max_runtime_accounts='bio = "40s"',
+                lease_seconds=120,
+                store_url=url,
+                smtp_port=port,
+            )
+            slurm_gpu(testbed, config, "db", "upgrade")
+            own = ControlStore(Store(url, cluster="testbed"))
+            testbed.wait_state(job, {"RUNNING"})
+            with controllers(testbed, config):
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and "warn" not in actions_of(own, job):
+                    time.sleep(1)
+                assert "warn" in actions_of(own, job)
+                with store_locked(url):
+                    locked_at = time.time()
+                    state = testbed.wait_state(job, {"CANCELLED"}, timeout=40)
+                    cancelled_at = time.time()
+                    time.sleep(max(0.0, locked_at + 40 - time.time()))
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and "cancel" not in actions_of(own, job):
+                    time.sleep(1)
+        log = log_path.read_bytes()[log_start:].decode(errors="replace")
+    finally:
+        testbed.run("scancel", str(job), check=False)
+    assert state == "CANCELLED" and cancelled_at < locked_at + 40
+    assert [(e.action, e.outcome) for e in audit_of(own, job) if e.policy == "max_runtime"] == [
+        ("warn", "recorded"),
+        ("cancel", "done"),
+    ]
+    assert "the store is unavailable" in log and "the store is back" in log
+    stamps = [
+        time.mktime(time.strptime(line[:19], "%Y-%m-%d %H:%M:%S"))
+        for line in log.splitlines()
+        if "store unavailable for" in line
+    ]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert len(stamps) >= 5 and max(gaps) <= 7, stamps
 
 
 def test_controller_survives_slurmctld_down_and_acts_on_nothing(
