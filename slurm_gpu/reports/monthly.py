@@ -3,7 +3,8 @@
 Figures come from the same place as every report (reports/usage.py `load_usage` through
 `ReportEnv.usage`, so the caller's scope applies), prorated to the month like
 `slurm-gpu report` (reports/summary.py `prorated`) and summed by reports/figures.py
-(GPU-hours, cost, utilization weighted by GPU-hours, idle GPU-hours). Controller actions
+(GPU-hours, cost, utilization weighted by GPU-hours, measured idle and missing
+GPU-hours: time with no readings is never idle, nor idle cost). Controller actions
 come from the audit log (`ControlStore.audit_entries`), enforced entries only.
 
 GPU-hours returned by a cancellation: the job's GPUs x the time left until its time limit
@@ -24,13 +25,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from slurm_gpu.reports.figures import Groups
+from slurm_gpu.reports.figures import Groups, idle_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import prorated
 from slurm_gpu.reports.usage import JobFilter, Usage, with_job_listing
 from slurm_gpu.store import queries
-from slurm_gpu.store.control import AuditEntry, ControlStore
+from slurm_gpu.store.control import AuditEntry
 from slurm_gpu.units import is_known
 
 UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
@@ -99,9 +100,9 @@ def build_monthly(
     if not keep.all():  # usually every row is kept: no copy then
         rows, full_seconds = rows[keep], full_seconds[keep]
     if len(rows):
-        rows = rows.assign(
-            idle_seconds=(rows["gpu_seconds"] - rows["active_seconds"]).clip(lower=0.0)
-        )
+        # Measured idle only (reports/figures.py): time nobody measured is missing, so
+        # neither idle cost nor a place among the wasteful jobs.
+        rows = rows.assign(idle_seconds=idle_seconds(rows))
         rows = rows.assign(
             idle_cost=rows["cost"]
             * (rows["idle_seconds"] / rows["gpu_seconds"].where(rows["gpu_seconds"] > 0)).fillna(
@@ -137,7 +138,7 @@ def build_monthly(
     }
     entries = [
         e
-        for e in ControlStore(env.store).audit_entries(since=since, until=until, dry_run=False)
+        for e in env.store.control.audit_entries(since=since, until=until, dry_run=False)
         if e.action != "none" and env.scope.sees(e.user, e.account)
     ]
     actions = _actions(entries, usage)
@@ -526,11 +527,12 @@ def _controller(actions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 CSV_FILES: dict[str, tuple[str, list[str]]] = {
     "overview.csv": ("overview", []),
     "accounts.csv": ("accounts", ["key", "jobs", "users", "gpu_hours", "cost", "util_mean_percent",
-                                   "idle_gpu_hours", "idle_percent", "idle_cost", "gpu_mem_hours",
+                                   "idle_gpu_hours", "idle_percent", "idle_cost",
+                                   "missing_gpu_hours", "missing_percent", "gpu_mem_hours",
                                    "energy_kwh"]),
     "users.csv": ("users", ["key", "account", "jobs", "gpu_hours", "cost", "util_mean_percent",
-                             "idle_gpu_hours", "idle_percent", "idle_cost", "gpu_mem_hours",
-                             "energy_kwh"]),
+                             "idle_gpu_hours", "idle_percent", "idle_cost", "missing_gpu_hours",
+                             "missing_percent", "gpu_mem_hours", "energy_kwh"]),
     "utilization.csv": ("utilization", ["bin", "gpu_hours", "gpus", "share_percent"]),
     "idle_waste.csv": ("idle", ["key", "idle_gpu_hours", "gpu_hours", "idle_percent",
                                 "idle_cost"]),
