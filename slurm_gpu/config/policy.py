@@ -435,7 +435,8 @@ class NotifySettings:
         metadata=doc('Slack-compatible webhook ({"text": ...}); "" is off.', check=_check_webhook),
     )
     user_rate_limit: Duration = field(
-        default=Duration(600.0), metadata=doc("Least time between two messages to one user.")
+        default=Duration(600.0),
+        metadata=doc("Least time between two notices or reports to one user (not warnings)."),
     )
     exemption_contact: str = field(
         default="",
