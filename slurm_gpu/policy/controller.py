@@ -15,12 +15,10 @@ the warnings it knew of when the store went away. Their decisions are spooled to
 written to the audit log when the store answers again; the store is probed in the
 background meanwhile. After the lease ends, nothing is acted on until the store is back.
 
-Messages (`_notify`): a warning of a policy that cancels after a grace period counts as
-given only once it reached the user (when [notify] can mail users at all); until then it
-is sent again each cycle and the cancellation waits, as the log and the audit row's
-`delivered` detail say. `[notify] user_rate_limit` holds back only notices and reports,
-and only from the user: the admins get every copy. The log names each message held back
-and why.
+Messages go out after acting (`slurm_gpu.policy.messages`): a warning of a policy that
+cancels after a grace period counts as given only once it reached the user, so an
+unsent one delays its cancellation. Exemptions' audit rows (relied on, ended) come from
+`slurm_gpu.policy.exemption_audit`.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,48 +48,28 @@ from slurm_gpu.models import (
     Verdict,
 )
 from slurm_gpu.policy.audit_spool import AuditSpool
-from slurm_gpu.policy.notify import RATE_LIMITED, Notifier, notification_key
+from slurm_gpu.policy.exemption_audit import (
+    EXPIRY_LOOKBACK_SECONDS,
+    expiry_verdicts,
+    skip_verdicts,
+    withdrawal_reason,
+)
+from slurm_gpu.policy.messages import GRACE_POLICIES, Messenger
+from slurm_gpu.policy.notify import Notifier
 from slurm_gpu.policy.quota_periods import cluster_timezone, is_rolling, period_bounds
 from slurm_gpu.policy.rules import MAX_RUNTIME, evaluate
 from slurm_gpu.policy.rules.context import span_text
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store
-from slurm_gpu.store.control import EVERY_POLICY, ExemptionRecord, QuotaAction, audit_row
+from slurm_gpu.store.control import ExemptionRecord, QuotaAction, audit_row
 
 log = logging.getLogger(__name__)
 
 LEASE = "controller"
-# Policies whose warnings start a grace period that a cancel must wait out.
-GRACE_POLICIES = ("idle_gpu", "max_runtime")
 # Verdicts audited once per episode rather than every cycle.
 QUIET_REPEATS = frozenset({Action.WARN, Action.NOTICE, Action.NONE, Action.REPORT, Action.SKIP})
 # Policies evaluated from Slurm alone while the store is unavailable.
 SLURM_ONLY_POLICIES = (MAX_RUNTIME,)
-# What a policy would have done to an exempt job, for the audit row of the skip.
-_WOULD = {
-    Action.WARN: "warned",
-    Action.NOTICE: "sent a notice about",
-    Action.CANCEL: "cancelled",
-    Action.CAP_TIME: "capped",
-}
-# How far back the controller looks for exemptions that ended unaudited.
-EXPIRY_LOOKBACK_SECONDS = 7 * 86400.0
-NOTIFIED = frozenset(
-    {
-        Action.WARN,
-        Action.NOTICE,
-        Action.CANCEL,
-        Action.CAP_TIME,
-        Action.HOLD,
-        Action.RELEASE,
-        Action.BLOCK,
-        Action.UNBLOCK,
-        Action.SET_QOS,
-        Action.SET_FAIRSHARE,
-        Action.DRAIN,
-        Action.REPORT,
-    }
-)
 
 
 @dataclass
@@ -150,7 +128,7 @@ class Controller:
         self.slurm = slurm
         self.store = store
         self.control = store.control
-        self.notifier = notifier
+        self.messages = Messenger(store.control, notifier, config.notify)
         self.clock = clock
         self.holder = holder or default_holder()
         self._ecc_seen: dict[str, int] = {}
@@ -163,11 +141,19 @@ class Controller:
         self._lease_until: float | None = None
         self._known_warned: dict[tuple[int, str], float] = {}
         self._known_exemptions: list[Exemption] = []
-        self._claims_while_down: list[tuple[str, str, float, str]] = []
         self._lease_attempt: threading.Thread | None = None
         # This cycle's inputs, for the exemptions' SKIP rows.
         self._activity: list[GpuActivity] = []
         self._warned_now: dict[tuple[int, str], float] = {}
+
+    @property
+    def notifier(self) -> Notifier | None:
+        """The channels messages go out on (None sends nothing)."""
+        return self.messages.notifier
+
+    @notifier.setter
+    def notifier(self, notifier: Notifier | None) -> None:
+        self.messages.notifier = notifier
 
     # ---- the cycle ------------------------------------------------------------------
 
@@ -230,7 +216,8 @@ class Controller:
                 log.error("could not record outcome of %s: %s", verdict.target, exc)
         undelivered: set[tuple[int | None, str]] = set()
         if not dry_run:
-            report.notified = self._notify(list(zip(ids, verdicts, strict=True)), now, undelivered)
+            audited = list(zip(ids, verdicts, strict=True))
+            report.notified, undelivered = self.messages.send_audited(audited, now)
         for v in verdicts:  # for cycles while the store is unavailable
             given = v.action is Action.WARN and (v.job_id, v.policy) not in undelivered
             if given and v.job_id is not None:
@@ -346,14 +333,14 @@ class Controller:
         report.spooled = len(rows)
         for spool_id, verdict in zip(spool_ids, verdicts, strict=True):
             details: dict[str, object] = {}
+            given = True
+            outcome = "dry-run"
             if not dry_run:
                 outcome = self._act(verdict, now)
-                details = self._notify_without_store(verdict, now)
+                details, given = self.messages.send_while_store_down(verdict, now)
                 report.notified += bool(details.get("notified"))
-            else:
-                outcome = "dry-run"
-                if verdict.action is Action.WARN:
-                    self._known_warned.setdefault((verdict.job_id or 0, verdict.policy), now)
+            if verdict.action is Action.WARN and given:
+                self._known_warned.setdefault((verdict.job_id or 0, verdict.policy), now)
             try:
                 self.spool.update(spool_id, outcome=outcome, **details)
             except OSError as exc:
@@ -369,37 +356,13 @@ class Controller:
         )
         return report
 
-    def _notify_without_store(self, verdict: Verdict, now: float) -> dict[str, object]:
-        """Sends a spooled verdict's message; its claim is written when the store is back."""
-        if self.notifier is None or verdict.action not in NOTIFIED:
-            if verdict.action is Action.WARN:
-                self._known_warned.setdefault((verdict.job_id or 0, verdict.policy), now)
-            return {}
-        sent = self.notifier.send(verdict)
-        delivered = not self._must_reach_user(verdict) or "email" in sent
-        if verdict.action is Action.WARN and delivered:
-            self._known_warned.setdefault((verdict.job_id or 0, verdict.policy), now)
-        if sent and delivered:
-            channels = ",".join(self.notifier.channels())
-            self._claims_while_down.append(
-                (notification_key(verdict, now), verdict.user, now, channels)
-            )
-        details: dict[str, object] = {"notified": ",".join(sent)}
-        if verdict.action is Action.WARN and self._grace_warning(verdict):
-            details["delivered"] = delivered
-            if not delivered:
-                self._log_undelivered(verdict)
-        return details
-
     def _store_is_back(self, now: float) -> None:
         """Writes what was spooled while the store was unavailable, then forgets it."""
         rows = self.spool.rows()
         if rows:
             self.control.audit_rows(rows)
             self.spool.clear()
-        for key, user, at, channels in self._claims_while_down:
-            self.control.claim_notification(key, user, at, channels)
-        self._claims_while_down = []
+        self.messages.store_is_back()
         if self.store_down_since is not None:
             log.warning(
                 "the store is back after %s: %d spooled audit row(s) written",
@@ -485,43 +448,8 @@ class Controller:
     def _exempt_skips(
         self, jobs: list[SlurmJob], records: list[ExemptionRecord], now: float
     ) -> list[Verdict]:
-        """SKIP verdicts: a job policy would have acted on a job but for an exemption.
-
-        The job policies are evaluated again for the exempt jobs with no `slurm-gpu
-        exempt` exemptions (the config's exempt lists still apply); each warning, notice,
-        cancel or cap they give becomes one audit row naming the exemption relied on.
-        """
-        covered = {job.job_id: found for job in jobs if (found := _exemptions_of(job, records))}
-        if not covered:
-            return []
-        exempt_jobs = [j for j in jobs if j.job_id in covered]
-        by_id = {j.job_id: j for j in exempt_jobs}
-        out = []
-        for v in evaluate(exempt_jobs, self._activity, now, self.config, warned=self._warned_now):
-            if v.job_id is None or v.action not in _WOULD:
-                continue
-            record = next((r for r in covered[v.job_id] if r.policy in ("", v.policy)), None)
-            if record is None:
-                continue
-            job = by_id[v.job_id]
-            out.append(
-                Verdict(
-                    v.policy,
-                    Action.SKIP,
-                    v.target,
-                    f"{record.describe()}: {v.policy} skipped job {job.job_id}, which it "
-                    f"would have {_WOULD[v.action]}. {record.reason}".rstrip(),
-                    job_id=job.job_id,
-                    user=job.user,
-                    account=job.account,
-                    details=(
-                        ("exemption_id", record.id),
-                        ("would", v.action.value),
-                        ("until", record.until),
-                    ),
-                )
-            )
-        return out
+        """SKIP verdicts: a job policy would have acted on a job but for an exemption."""
+        return skip_verdicts(jobs, records, self._activity, now, self.config, self._warned_now)
 
     def _expired_exemptions(self, jobs: list[SlurmJob], now: float) -> list[Verdict]:
         """EXPIRE records of exemptions that ended since the last cycle (once each)."""
@@ -529,31 +457,11 @@ class Controller:
         ended = self.control.exemptions(now, ended_since=since)
         if not ended:
             return []
-        seen = {
+        audited = {
             e.details.get("exemption_id")
             for e in self.control.audit_entries(since=since, actions=[Action.EXPIRE.value])
         }
-        by_id = {str(j.job_id): j for j in jobs}
-        out = []
-        for record in ended:
-            if record.id in seen:
-                continue
-            job = by_id.get(record.target) if record.kind == "job" else None
-            out.append(
-                Verdict(
-                    record.policy or EVERY_POLICY,
-                    Action.EXPIRE,
-                    record.scope,
-                    f"{record.describe()} ended: the policies apply again.",
-                    job_id=int(record.target) if record.kind == "job" else None,
-                    user=job.user if job else record.target if record.kind == "user" else "",
-                    account=(
-                        job.account if job else record.target if record.kind == "account" else ""
-                    ),
-                    details=tuple(sorted(record.details().items())),
-                )
-            )
-        return out
+        return expiry_verdicts(ended, audited, jobs)
 
     def _warned(self, running: Sequence[int], dry_run: bool) -> dict[tuple[int, str], float]:
         """First warning of each job's current episode, in this mode (dry-run or not).
@@ -623,18 +531,12 @@ class Controller:
             if (job_id, policy) in active or job_id not in running:
                 continue
             job = running[job_id]
-            exempt = [r for r in _exemptions_of(job, records) if r.policy in ("", policy)]
-            reason = (
-                f"Warning withdrawn: {exempt[0].describe()}."
-                if exempt
-                else "Warning withdrawn: the job no longer meets the policy's condition."
-            )
             out.append(
                 Verdict(
                     policy,
                     Action.NONE,
                     f"job:{job_id}",
-                    reason,
+                    withdrawal_reason(job, records, policy),
                     job_id=job_id,
                     user=job.user,
                     account=job.account,
@@ -829,106 +731,3 @@ class Controller:
         for entry in self.control.quota_actions():
             if entry.target == verdict.target and entry.action == undone.value:
                 self.control.forget_quota_action(entry.scope, entry.action, entry.target)
-
-    # ---- telling people ---------------------------------------------------------------
-
-    def _notify(
-        self,
-        audited: list[tuple[int, Verdict]],
-        now: float,
-        undelivered: set[tuple[int | None, str]],
-    ) -> int:
-        """Sends the messages of this cycle's audited verdicts; returns how many went out.
-
-        What reached whom goes into each verdict's audit details (`notified`, and for a
-        grace-period warning `delivered`); a warning that did not reach its user is
-        released, so the next cycle sends it again and its cancellation waits for it; its
-        (job, policy) goes into `undelivered`.
-        """
-        if self.notifier is None:
-            return 0
-        sent_count = 0
-        channels = ",".join(self.notifier.channels())
-        for audit_id, verdict in audited:
-            if verdict.action not in NOTIFIED:
-                continue
-            key = notification_key(verdict, now)
-            try:
-                held = self._held_back(verdict, now)
-                if not self.control.claim_notification(
-                    key, "" if held else verdict.user, now, channels
-                ):
-                    log.debug("message %s already went out", key)
-                    continue
-            except StoreError as exc:
-                log.error("notification bookkeeping failed: %s", exc)
-                continue
-            sent = self.notifier.send(verdict, to_user=not held)
-            if sent:
-                sent_count += 1
-            details: dict[str, object] = {"notified": ",".join(sent)}
-            if held:
-                details["held_back"] = held
-                log.info(
-                    "held back from %s: %s %s about %s (%s); the admins' copy went by %s",
-                    verdict.user,
-                    verdict.policy,
-                    verdict.action.value,
-                    verdict.target,
-                    held,
-                    ",".join(sent) or "no channel",
-                )
-            if verdict.action is Action.WARN and self._grace_warning(verdict):
-                delivered = held == "" and (not self._must_reach_user(verdict) or "email" in sent)
-                details["delivered"] = delivered
-                if not delivered:
-                    undelivered.add((verdict.job_id, verdict.policy))
-                    self._log_undelivered(verdict)
-            try:
-                if details.get("delivered") is False or not sent:
-                    self.control.release_notification(key)
-                self.control.note_details(audit_id, **details)
-            except StoreError as exc:
-                log.error("could not record the message about %s: %s", verdict.target, exc)
-        return sent_count
-
-    def _held_back(self, verdict: Verdict, now: float) -> str:
-        """Why the user does not get this message now ("" when they do): the rate limit.
-
-        Only notices and reports are held back, and only from the user (`RATE_LIMITED`).
-        """
-        limit = float(self.config.notify.user_rate_limit)
-        if not verdict.user or verdict.action not in RATE_LIMITED or limit <= 0:
-            return ""
-        last = self.control.last_notified(verdict.user)
-        if last is None or now - last >= limit:
-            return ""
-        return (
-            f"{verdict.user} was sent a message {span_text(now - last)} ago, and "
-            f"[notify] user_rate_limit is {span_text(limit)}"
-        )
-
-    def _grace_warning(self, verdict: Verdict) -> bool:
-        """A warning whose policy cancels (or caps) only once it was given long enough."""
-        return verdict.action is Action.WARN and verdict.policy in GRACE_POLICIES
-
-    def _must_reach_user(self, verdict: Verdict) -> bool:
-        """The user can be mailed at all ([notify] smtp_host and user_email_domain)."""
-        return self.notifier is not None and self.notifier.reaches_user(verdict)
-
-    def _log_undelivered(self, verdict: Verdict) -> None:
-        log.warning(
-            "the %s warning about %s did not reach %s: it is sent again next cycle, and "
-            "the cancellation waits until it went out",
-            verdict.policy,
-            verdict.target,
-            verdict.user,
-        )
-
-
-def _exemptions_of(job: SlurmJob, records: Iterable[ExemptionRecord]) -> list[ExemptionRecord]:
-    """The `slurm-gpu exempt` exemptions covering a job (itself, its array, user, account)."""
-    scopes = {f"job:{job.job_id}", f"user:{job.user}", f"account:{job.account}"}
-    if job.array_job_id is not None:
-        scopes.add(f"job:{job.array_job_id}")
-    return [r for r in records if r.scope in scopes]

@@ -5,7 +5,7 @@ out). `user_rate_limit` spaces out only the messages that neither announce nor r
 action on a user's jobs (`RATE_LIMITED`: notices and reports); warnings, which announce a
 cancellation, and actions always go out, and the admins' copy is never held back. A
 failing channel is logged; it never stops the controller from acting (the controller
-makes a cancellation wait for its warning: `slurm_gpu.policy.controller`).
+makes a cancellation wait for its warning: `slurm_gpu.policy.messages`).
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def test_notice_held_back_from_the_user_goes_to_the_admins_and_is_logged(
         ]
     )
     slurm.queue = [partial]
-    with caplog.at_level(logging.INFO, logger="slurm_gpu.policy.controller"):
+    with caplog.at_level(logging.INFO, logger="slurm_gpu.policy"):
         controller.cycle(dry_run=False)
     assert ["warning (job 1)", "notice (job 3)"] == subjects(inbox, ADMINS)
     assert ["warning (job 1)"] == subjects(inbox, "bob@cluster.example")
