@@ -10,9 +10,10 @@ from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
 from slurm_gpu.cli.sacct import echo_warnings
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.reports.jobview import Thresholds, notes, render_job
-from slurm_gpu.reports.records import job_records
+from slurm_gpu.reports.jobview import Thresholds, notes, render_job, stale_nodes
+from slurm_gpu.reports.records import is_running, job_records
 from slurm_gpu.reports.runs import with_runs
+from slurm_gpu.reports.status import Freshness
 from slurm_gpu.reports.usage import JobFilter
 
 
@@ -40,10 +41,21 @@ def job_command(app: App, job_id: str, as_json: bool) -> None:
         env.store.job_summaries(int(job["job_id"])),
     )
     limits = Thresholds(idle_percent=env.config.node.active_threshold_percent)
+    stale = (
+        stale_nodes(
+            job,
+            gpus,
+            env.store.activity([int(job["job_id"])]),
+            Freshness(env.now_seconds, env.stale_after, env.interval_lag),
+        )
+        if is_running(job.get("state"))
+        else []
+    )
     if as_json:
         document = {
             "job": {k: v for k, v in job.items() if k != "source"},
             "gpus": gpus,
+            "stale": stale,
             "notes": notes(job, gpus, limits),
             "currency": env.config.cost.currency,
         }
@@ -57,6 +69,7 @@ def job_command(app: App, job_id: str, as_json: bool) -> None:
                 memory_total=memory,
                 limits=limits,
                 currency=env.config.cost.currency,
+                stale=stale,
             ),
             nl=False,
         )

@@ -116,7 +116,20 @@ def job_fields(currency: str = "") -> dict[str, Field]:
             _hours("active_seconds"),
             h4,
         ),
-        Field("IdleGPUHours", 12, "GPU-hours minus active GPU-hours", _hours("idle_seconds"), h4),
+        Field(
+            "IdleGPUHours",
+            12,
+            "Measured GPU-hours below [node] active_threshold_percent (never missing time)",
+            _hours("idle_seconds"),
+            h4,
+        ),
+        Field(
+            "MissingGPUHours",
+            15,
+            "GPU-hours held with no readings (agent down, GPU lost): neither active nor idle",
+            _hours("missing_seconds"),
+            h4,
+        ),
         Field(
             "GPUMemMax",
             9,

@@ -11,6 +11,13 @@ slice then adds the same numbers in the same order as pandas does over the group
 (`rows.groupby(key, sort=True)`), with a few numpy calls per group instead of a frame per
 group. `Groups(rows)` (no key) is one group of every row in row order: the totals.
 
+Missing data is never idle (README): a GPU row's GPU-seconds (held, and charged) are its
+measured seconds plus its `missing_seconds` (held with no readings: agent down, GPU lost).
+Idle is measured time below the active threshold, `gpu - missing - active`
+(`idle_seconds`, the one place that rule is written); missing time is its own figure and
+share. Where nothing was measured at all, active and idle GPU-hours and the idle share are
+unknown (None), never 0 % or 100 % idle.
+
 Utilization is weighted by GPU-seconds over the rows that have a mean utilization;
 queue wait (Start - Submit) counts each job once, at its first row; its 95th percentile
 interpolates linearly (numpy's and pandas' default).
@@ -32,6 +39,8 @@ FIGURE_KEYS = (
     "active_gpu_hours",
     "idle_gpu_hours",
     "idle_percent",
+    "missing_gpu_hours",
+    "missing_percent",
     "energy_kwh",
     "cost",
     "queue_wait_mean",
@@ -44,6 +53,7 @@ JOB_TOTAL_KEYS = (
     "gpu_seconds",
     "active_seconds",
     "idle_seconds",
+    "missing_seconds",
     "util_mean_percent",
     "util_max_percent",
     "mem_max_bytes",
@@ -118,8 +128,47 @@ class Groups:
         return self._columns[key]
 
     def sum(self, name: str, a: int, b: int) -> float:
-        """`part[name].sum()` of the group [a, b) (NaN counted as 0, like pandas)."""
+        """`part[name].sum()` of the group [a, b) (NaN counted as 0, like pandas).
+
+        A column the rows lack sums to 0 (`missing_seconds` of rows from before it).
+        """
+        if name not in self.rows:
+            return 0.0
         return _sum(self.column(name)[a:b])
+
+    def _missing(self) -> np.ndarray:
+        """Each row's missing seconds, at most its GPU-seconds (0 where unknown)."""
+        if "missing" not in self._columns:
+            gpu = np.nan_to_num(self.column("gpu_seconds"))
+            missing = (
+                np.nan_to_num(self.column("missing_seconds"))
+                if "missing_seconds" in self.rows
+                else np.zeros(len(gpu))
+            )
+            self._columns["missing"] = np.minimum(missing, gpu)
+        return self._columns["missing"]
+
+    def _active(self) -> np.ndarray:
+        """Each row's active seconds, at most its measured ones (0 where unknown)."""
+        if "active" not in self._columns:
+            measured = np.nan_to_num(self.column("gpu_seconds")) - self._missing()
+            active = np.nan_to_num(self.column("active_seconds"))
+            self._columns["active"] = np.minimum(active, measured)
+        return self._columns["active"]
+
+    def _time_split(self, a: int, b: int) -> tuple[float, float | None, float | None, float]:
+        """(GPU-seconds, active, idle, missing seconds) of the group [a, b).
+
+        Row by row, missing counts up to the GPU-seconds and active up to the measured
+        rest; active and idle are None where GPU-seconds were held but none measured.
+        """
+        gpu_seconds = self.sum("gpu_seconds", a, b)
+        missing = _sum(self._missing()[a:b])
+        measured = gpu_seconds - missing
+        if gpu_seconds > 0 and measured <= 0:
+            return gpu_seconds, None, None, missing
+        active = _sum(self._active()[a:b])
+        return gpu_seconds, active, max(measured - active, 0.0), missing
 
     def figures(self) -> list[tuple[Any, dict[str, Any]]]:
         """`(key, figures)` for every group, in key order; figures keyed by FIGURE_KEYS."""
@@ -131,9 +180,7 @@ class Groups:
         user = self.codes("user")
         out = []
         for key, (a, b) in zip(self.keys, self.bounds, strict=True):
-            gpu_seconds = self.sum("gpu_seconds", a, b)
-            active = self.sum("active_seconds", a, b)
-            idle = max(gpu_seconds - active, 0.0)
+            gpu_seconds, active, idle, missing = self._time_split(a, b)
             firsts = _first_rows(job[a:b])
             waits = wait[a:b][firsts]
             waits = waits[~np.isnan(waits)]
@@ -144,9 +191,11 @@ class Groups:
                 "gpu_hours": gpu_seconds / 3600.0,
                 "gpu_mem_hours": self.sum("mem_gib_seconds", a, b) / 3600.0,
                 "util_mean_percent": _weighted(util[a:b], gpu[a:b]),
-                "active_gpu_hours": active / 3600.0,
-                "idle_gpu_hours": idle / 3600.0,
-                "idle_percent": 100.0 * idle / gpu_seconds if gpu_seconds > 0 else None,
+                "active_gpu_hours": _hours(active),
+                "idle_gpu_hours": _hours(idle),
+                "idle_percent": _share(idle, gpu_seconds),
+                "missing_gpu_hours": missing / 3600.0,
+                "missing_percent": _share(missing, gpu_seconds),
                 "energy_kwh": float(used.sum()) / 3.6e6 if len(used) else None,
                 "cost": self.sum("cost", a, b),
                 "queue_wait_mean": float(waits.sum() / len(waits)) if len(waits) else None,
@@ -175,8 +224,7 @@ class Groups:
             if a == b:
                 out.append((key, empty_job_totals()))
                 continue
-            gpu_seconds = self.sum("gpu_seconds", a, b)
-            active = self.sum("active_seconds", a, b)
+            gpu_seconds, active, idle, missing = self._time_split(a, b)
             mean = _weighted(util[a:b], gpu[a:b])
             if mean is None:
                 readings = _not_nan(util[a:b])
@@ -187,7 +235,8 @@ class Groups:
                 "gpu_model": ",".join(sorted({str(m) for m in models[a:b] if m})),
                 "gpu_seconds": gpu_seconds,
                 "active_seconds": active,
-                "idle_seconds": max(gpu_seconds - active, 0.0),
+                "idle_seconds": idle,
+                "missing_seconds": missing,
                 "util_mean_percent": mean,
                 "util_max_percent": float(peak_util.max()) if len(peak_util) else None,
                 "mem_max_bytes": int(peak_mem.max()) if len(peak_mem) else None,
@@ -216,9 +265,36 @@ def empty_job_totals() -> dict[str, Any]:
     return {
         **dict.fromkeys(JOB_TOTAL_KEYS),
         **dict.fromkeys(("gpu_model", "source"), ""),
-        **dict.fromkeys(("gpu_seconds", "active_seconds", "idle_seconds"), 0.0),
+        **dict.fromkeys(("gpu_seconds", "active_seconds", "idle_seconds", "missing_seconds"), 0.0),
         **dict.fromkeys(("mem_gib_seconds", "cost"), 0.0),
     }
+
+
+def idle_seconds(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's measured idle seconds: GPU-seconds - missing - active, at least 0.
+
+    Row by row what `Groups` sums (the monthly report's idle cost and wasteful jobs).
+    """
+
+    def numbers(name: str) -> np.ndarray:
+        if name not in rows:
+            return np.zeros(len(rows))
+        values = pd.to_numeric(rows[name]).to_numpy(dtype=float, na_value=np.nan)
+        return np.where(np.isnan(values), 0.0, values)
+
+    gpu_seconds = numbers("gpu_seconds")
+    measured = gpu_seconds - np.minimum(numbers("missing_seconds"), gpu_seconds)
+    idle: np.ndarray = measured - np.minimum(numbers("active_seconds"), measured)
+    return idle
+
+
+def _hours(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds / 3600.0
+
+
+def _share(part: float | None, whole: float) -> float | None:
+    """`part` as a percentage of `whole`; None when either is unknown or whole is 0."""
+    return 100.0 * part / whole if part is not None and whole > 0 else None
 
 
 def _sum(values: np.ndarray) -> float:

@@ -12,7 +12,8 @@ Units: seconds, bytes, GiB-seconds, joules; the columns say so.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,7 @@ FIGURE_GPU_NUMBERS = (
     "util_mean_percent",
     "mem_gib_seconds",
     "energy_joules",
+    "missing_seconds",
 )
 # in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
 FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
@@ -224,17 +226,95 @@ def _concatenated(
     return np.concatenate([array, np.fromiter(more, dtype=numpy_dtype(read), count=len(more))])
 
 
+@dataclass(frozen=True)
+class HeldJob:
+    """When a job held how many GPUs where: what its rows with no summary count from."""
+
+    start: float | None
+    end: float | None
+    gpus: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Unsummarized:
+    """What the rows of jobs with no summary (yet) are measured against.
+
+    Attributes:
+        jobs: the job frame (job_id, start_time, end_time, alloc_gpus; nodes if read).
+        now: the current time (the end of running jobs).
+        lag: how far behind `now` a reporting agent's newest stored interval may be
+            ([store] ship_aggregate plus two [node].interval): readings older than that
+            are stale, and the time since them missing, not yet to come.
+    """
+
+    jobs: pd.DataFrame
+    now: float
+    lag: float
+
+    def held(self, store: Store, job_ids: Sequence[int]) -> dict[int, HeldJob]:
+        """{job id: when it held its GPUs} of these (few) jobs."""
+        wanted = self.jobs[self.jobs["job_id"].isin(list(job_ids))]
+        if "nodes" in wanted:
+            node_lists = dict(zip(wanted["job_id"].tolist(), wanted["nodes"].tolist(), strict=True))
+        else:
+            stored = queries.job_rows_in_window(
+                store, None, None, list(job_ids), columns=("job_id", "nodes")
+            )
+            node_lists = {int(j): n for j, n in stored}
+        out = {}
+        for job_id, start, end, gpus in zip(
+            wanted["job_id"].tolist(),
+            wanted["start_time"].tolist(),
+            wanted["end_time"].tolist(),
+            wanted["alloc_gpus"].tolist(),
+            strict=True,
+        ):
+            nodes = tuple(n for n in str(node_lists.get(job_id) or "").split(",") if n)
+            out[int(job_id)] = HeldJob(
+                start=float(start) if is_known(start) else None,
+                end=float(end) if is_known(end) else None,
+                gpus=int(gpus) if is_known(gpus) else 0,
+                nodes=nodes,
+            )
+        return out
+
+    def counted_until(self, job: HeldJob, data_until: float) -> float:
+        """Until when the job's GPU time is counted (measured or missing).
+
+        The job's end (now, while it runs), but not the part a reporting agent has not
+        shipped yet: that is neither measured nor missing.
+        """
+        stop = job.end if job.end is not None else self.now
+        return min(stop, max(data_until, self.now - self.lag))
+
+
+# Less than a second unaccounted is clock granularity, not missing data (as at job end,
+# node/spool.py `finish_job`).
+_MISSING_FROM = 1.0
+
+
 def gpu_rows(
     store: Store,
     job_ids: np.ndarray,
     summary_rows: Records,
     read: Sequence[str],
+    unsummarized: Unsummarized | None = None,
 ) -> pd.DataFrame:
     """The GPU frame of summary rows (tuples of the `read` columns).
 
     The summaries in job, node, GPU order, then the rows of jobs with no summary (running
-    jobs: their intervals' totals). GPU_COLUMNS, or FIGURE_GPU_COLUMNS when those were
+    jobs: their intervals' totals; a job with no interval either, one row per node of
+    its allocated GPUs, all missing). GPU_COLUMNS, or FIGURE_GPU_COLUMNS when those were
     read.
+
+    Args:
+        store: the accounting store.
+        job_ids: the jobs, sorted.
+        summary_rows: their summary rows.
+        read: the columns of `summary_rows`.
+        unsummarized: when the jobs with no summary held their GPUs; None counts their
+            intervals' covered seconds only (no missing time).
     """
     names = [part for name in read for part in queries.JOINED.get(name, (name,))]
     if not len(job_ids):
@@ -244,26 +324,37 @@ def gpu_rows(
     running: list[tuple[Any, ...]] = []
     if rest:
         models = queries.gpu_models(store)
+        measured: set[int] = set()
+        jobs = unsummarized.held(store, rest) if unsummarized is not None else {}
         for t in queries.interval_totals_for(store, rest):
+            measured.add(t.job_id)
             model = models.get(t.gpu_uuid, "")
+            held = jobs.get(t.job_id)
+            missing = 0.0
+            if unsummarized is not None and held is not None and held.start is not None:
+                until = unsummarized.counted_until(held, t.last_period_end)
+                missing = max(until - held.start - t.covered_seconds, 0.0)
             row = {
                 "job_id": t.job_id,
                 "node": t.node,
                 "gpu_uuid": t.gpu_uuid,
                 "gpu_model": model,
                 "node_model": queries.JOIN_SEPARATOR.join((t.node, model)),
-                "gpu_seconds": t.covered_seconds,
+                "gpu_seconds": t.covered_seconds + _missing(missing),
                 "active_seconds": t.active_seconds,
                 "util_mean_percent": t.util_mean_percent,
                 "util_max_percent": t.util_max_percent,
                 "mem_max_bytes": t.mem_max_bytes,
                 "mem_gib_seconds": t.mem_gib_seconds,
                 "energy_joules": t.energy_joules,
-                "missing_seconds": 0.0,
+                "missing_seconds": _missing(missing),
                 "source": "intervals",
                 "data_until": t.last_period_end,
             }
             running.append(tuple(row[name] for name in read))
+        if unsummarized is not None:
+            unmeasured = [j for j in rest if j not in measured]
+            running += _unmeasured_rows(unsummarized, jobs, unmeasured, read)
     records = (
         _concatenated(summary_rows, running, read)
         if isinstance(summary_rows, np.ndarray)
@@ -285,6 +376,95 @@ def gpu_rows(
         order = np.concatenate([np.lexsort(keys), np.arange(summarized, len(frame))])
         frame = frame.take(order)
     return frame
+
+
+def _missing(seconds: float) -> float:
+    return seconds if seconds >= _MISSING_FROM else 0.0
+
+
+def _unmeasured_rows(
+    unsummarized: Unsummarized,
+    jobs: Mapping[int, HeldJob],
+    job_ids: Sequence[int],
+    read: Sequence[str],
+) -> list[tuple[Any, ...]]:
+    """Rows of jobs that held GPUs and have no reading at all (agent down all along).
+
+    One row per node (GPU unknown), its share of the allocated GPUs, every second of it
+    missing: the GPU-hours are held, and charged, whether or not anybody measured them.
+    """
+    out: list[tuple[Any, ...]] = []
+    for job_id in job_ids:
+        job = jobs.get(job_id)
+        if job is None or job.gpus <= 0 or job.start is None:
+            continue
+        seconds = _missing(unsummarized.counted_until(job, job.start) - job.start)
+        if seconds <= 0:
+            continue
+        nodes = job.nodes or ("",)
+        share, extra = divmod(job.gpus, len(nodes))
+        for n, node in enumerate(nodes):
+            gpus = share + (1 if n < extra else 0)
+            if gpus == 0:
+                continue
+            row = {
+                "job_id": job_id,
+                "node": node,
+                "gpu_uuid": "",
+                "gpu_model": "",
+                "node_model": queries.JOIN_SEPARATOR.join((node, "")),
+                "gpu_seconds": gpus * seconds,
+                "active_seconds": 0.0,
+                "util_mean_percent": None,
+                "util_max_percent": None,
+                "mem_max_bytes": None,
+                "mem_gib_seconds": 0.0,
+                "energy_joules": None,
+                "missing_seconds": gpus * seconds,
+                "source": "none",
+                "data_until": None,
+            }
+            out.append(tuple(row[name] for name in read))
+    return out
+
+
+def fill_models(
+    gpus: pd.DataFrame, store: Store, gres_types: Mapping[int, str] | None = None
+) -> pd.DataFrame:
+    """`gpus` with every blank GPU model filled from what its node is known to hold.
+
+    A row with no reading has no model of its own (the agent learns it from NVML): the
+    store's GPU inventory names its GPU's model, else its node's (one model on the node),
+    else the gres type Slurm recorded for the job (AllocTRES gres/gpu:a100), so its cost
+    has a price and `report gpu-models` no blank row.
+    """
+    if gpus.empty or "gpu_model" not in gpus:
+        return gpus
+    column = gpus["gpu_model"]
+    blank = (column.isna() | (column == "")).to_numpy()  # categorical: compares codes
+    if not blank.any():
+        return gpus
+    models = column.astype(object).where(column.notna(), "")
+    by_uuid: dict[str, str] = {}
+    by_node: dict[str, set[str]] = {}
+    for entry in store.inventory():
+        by_uuid[entry.device.uuid] = entry.device.name
+        by_node.setdefault(entry.node, set()).add(entry.device.name)
+    node_model = {node: next(iter(m)) for node, m in by_node.items() if len(m) == 1}
+    filled = models.to_numpy(dtype=object).copy()
+    uuids = gpus["gpu_uuid"].to_numpy(dtype=object) if "gpu_uuid" in gpus else None
+    nodes = gpus["node"].to_numpy(dtype=object) if "node" in gpus else None
+    job_ids = gpus["job_id"].to_numpy()
+    for i in np.flatnonzero(blank):
+        model = by_uuid.get(str(uuids[i]), "") if uuids is not None else ""
+        if not model and nodes is not None:
+            model = node_model.get(str(nodes[i]), "")
+        if not model and gres_types:
+            model = gres_types.get(int(job_ids[i]), "")
+        filled[i] = model
+    out = gpus.copy()
+    out["gpu_model"] = categorical(pd.Series(filled, index=gpus.index, dtype=object))
+    return out
 
 
 # The store columns a figures-only read selects, as numpy reads them: ids as int64, the

@@ -7,12 +7,14 @@ Finished jobs read their summaries; running jobs the totals of their stored inte
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_gpu.models import GpuActivity
 from slurm_gpu.reports.records import is_running
 from slurm_gpu.reports.runs import notes_per_run, run_of, runs
+from slurm_gpu.reports.status import Freshness
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
 from slurm_gpu.units import GIB, is_known
 
@@ -44,7 +46,9 @@ def bar(fraction: float | None, width: int = BAR) -> str:
     return "[" + "#" * filled + "-" * (width - filled) + "]"
 
 
-def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresholds) -> list[str]:
+def notes(
+    job: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]], limits: Thresholds
+) -> list[str]:
     """Plain-language advice about how the job used its GPUs."""
     out: list[str] = []
     if not gpus:
@@ -65,10 +69,13 @@ def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresho
             f"{limits.idle_percent:g}%): this job did not use its GPUs; run it without --gres=gpu."
         )
     elif compute_idle:
+        # The fewer-GPUs advice rests on GPUs that did nothing, never on a mean: 4 GPUs
+        # busy at 60% each split the work between them, 3 would not have done it.
         names = ", ".join(f"{g['node']}/{short(g['gpu_uuid'])}" for g in compute_idle)
+        needed = len(gpus) - len(compute_idle)
         out.append(
             f"{len(compute_idle)} of {len(gpus)} GPUs stayed idle ({names}): "
-            f"ask for {len(gpus) - len(compute_idle)} GPU(s) next time."
+            f"{needed} GPU(s) would have done the same work; ask for {needed} GPU(s) next time."
         )
     if memory_only:
         names = ", ".join(f"{g['node']}/{short(g['gpu_uuid'])}" for g in memory_only)
@@ -76,15 +83,6 @@ def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresho
             f"Memory-only use on {names}: GPU memory was held but hardly any compute ran "
             "(a model loaded and waiting, or work running on the CPU)."
         )
-    known = [u for u in utils if u is not None]
-    if len(gpus) > 1 and known and not compute_idle:
-        busy = sum(known) / 100.0
-        needed = max(math.ceil(busy), 1)
-        if needed < len(gpus):
-            out.append(
-                f"Your {len(gpus)} GPUs were busy {sum(known) / len(known):.0f}% on average: "
-                f"{needed} GPU(s) would have done the same work."
-            )
     limit, elapsed = job.get("time_limit_seconds"), job.get("elapsed_seconds")
     if (
         _number(limit)
@@ -99,7 +97,58 @@ def notes(job: Mapping[str, Any], gpus: list[Mapping[str, Any]], limits: Thresho
             "starts sooner: the scheduler backfills short jobs."
         )
     if any((g.get("missing_seconds") or 0) > 0 for g in gpus):
-        out.append("Part of the job has no readings (agent down or GPU lost): figures are partial.")
+        if all(not is_known(g.get("util_mean_percent")) for g in gpus):
+            out.append(
+                "No GPU readings for this job (agent down or GPU lost): its utilization is "
+                "unknown, not idle."
+            )
+        else:
+            out.append(
+                "Part of the job has no readings (agent down or GPU lost): figures are "
+                "partial; that time counts as missing, not idle."
+            )
+    return out
+
+
+def stale_nodes(
+    job: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]],
+    activity: Sequence[GpuActivity],
+    freshness: Freshness,
+) -> list[str]:
+    """Which of a running job's nodes stopped reporting, one line each ([] when none).
+
+    A node reports while its agent's newest reading for the job (its activity, else its
+    newest shipped interval) is fresh (`Freshness`); the time since is missing.
+    """
+    if not is_running(job.get("state")):
+        return []
+    start = job.get("start_time")
+    nodes = [n for n in str(job.get("nodes") or "").split(",") if n]
+    nodes += sorted({str(g["node"]) for g in gpus if g.get("node")} - set(nodes))
+    out = []
+    for node in nodes:
+        shipped = [
+            _f(g.get("data_until"))
+            for g in gpus
+            if g.get("node") == node and is_known(g.get("data_until"))
+        ]
+        read = [a.last_reading for a in activity if a.node == node]
+        newest_interval = max(shipped, default=None)
+        newest_activity = max(read, default=None)
+        if freshness.is_fresh(newest_interval, newest_activity):
+            continue
+        newest = max([*shipped, *read], default=None)
+        if newest is not None:
+            out.append(
+                f"Node {node} stopped reporting: newest reading {format_sacct_time(newest)} "
+                f"({freshness.now - newest:.0f} s ago); the time since counts as missing."
+            )
+        elif is_known(start) and freshness.now - _f(start) > freshness.interval_lag:
+            out.append(
+                f"Node {node} has sent no readings for this job (its agent is down or cannot "
+                "reach the store): its GPU time counts as missing."
+            )
     return out
 
 
@@ -118,13 +167,14 @@ def short(uuid: str) -> str:
 
 def render_job(
     job: Mapping[str, Any],
-    gpus: list[Mapping[str, Any]],
+    gpus: Sequence[Mapping[str, Any]],
     *,
     memory_total: Mapping[str, int | None],
     limits: Thresholds,
     currency: str,
+    stale: list[str] | None = None,
 ) -> str:
-    """The text of `slurm-gpu job`."""
+    """The text of `slurm-gpu job`; `stale`: `stale_nodes` lines (running jobs)."""
     lines: list[str] = []
     running = is_running(job.get("state"))
     lines.append(f"Job {job['job_id_text']} ({job['job_id']}) {job.get('name') or ''}".rstrip())
@@ -148,27 +198,30 @@ def render_job(
     several = len(runs(gpus)) > 1  # requeued: each run's GPUs are rows of their own
     if several:
         lines[-1] += f"  Runs {len(runs(gpus))}"
-    if running and gpus:
-        until = max(float(g.get("data_until") or 0) for g in gpus)
+    shipped = [_f(g["data_until"]) for g in gpus if is_known(g.get("data_until"))]
+    if running and shipped:
         lines.append(
-            f"  Running: GPU figures up to {format_sacct_time(until)} (last shipped minute)"
+            f"  Running: GPU figures up to {format_sacct_time(max(shipped))} (last shipped minute)"
         )
+    lines.extend(f"  {line}" for line in stale or ())
     lines.append("")
-    gpu_hours = sum(float(g.get("gpu_seconds") or 0) for g in gpus) / 3600.0
-    active_hours = sum(float(g.get("active_seconds") or 0) for g in gpus) / 3600.0
-    energy = [float(g["energy_joules"]) for g in gpus if is_known(g.get("energy_joules"))]
-    cost = sum(float(g.get("cost") or 0) for g in gpus)
-    util = job.get("util_mean_percent")
+    # The job's totals (reports/figures.py): idle is measured time only, missing apart.
+    energy = job.get("energy_joules")
     lines.append(
-        f"  GPU-hours {gpu_hours:.4f}  active {active_hours:.4f}  "
-        f"idle {max(gpu_hours - active_hours, 0):.4f}  "
-        f"mean utilization {_pct(util)}  "
-        f"energy {sum(energy) / 3.6e6:.5f} kWh  cost {cost:.2f} {currency}"
-        if energy
-        else f"  GPU-hours {gpu_hours:.4f}  active {active_hours:.4f}  "
-        f"idle {max(gpu_hours - active_hours, 0):.4f}  mean utilization {_pct(util)}  "
-        f"cost {cost:.2f} {currency}"
+        f"  GPU-hours {_hours(job.get('gpu_seconds'))}  "
+        f"active {_hours(job.get('active_seconds'))}  idle {_hours(job.get('idle_seconds'))}  "
+        f"mean utilization {_pct(job.get('util_mean_percent'))}  "
+        + (f"energy {_f(energy) / 3.6e6:.5f} kWh  " if is_known(energy) else "")
+        + f"cost {_f(job.get('cost') or 0.0):.2f} {currency}"
     )
+    missing = _f(job.get("missing_seconds") or 0.0)
+    if missing > 0:
+        held = _f(job.get("gpu_seconds") or 0.0)
+        share = f" ({100.0 * missing / held:.0f}% of the GPU-hours)" if held > 0 else ""
+        lines.append(
+            f"  Missing GPU-hours {missing / 3600.0:.4f}{share}: held with no readings "
+            "(agent down, GPU lost); neither active nor idle, charged all the same"
+        )
     lines.append("")
     if gpus:
         lines.append(
@@ -199,6 +252,10 @@ def render_job(
         lines.append("Notes:")
         lines.extend(f"  - {n}" for n in advice)
     return "\n".join(lines) + "\n"
+
+
+def _hours(seconds: Any) -> str:
+    return f"{_f(seconds) / 3600.0:.4f}" if is_known(seconds) else "-"
 
 
 def _pct(value: Any) -> str:

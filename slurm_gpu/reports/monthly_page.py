@@ -98,6 +98,8 @@ def render_page(report: MonthlyReport) -> str:
         _kpi("idle_gpu_hours", "Idle GPU-hours", o["idle_gpu_hours"],
              f"{number(o['idle_gpu_hours'])} ({number(o['idle_percent'])} %)"),
         _kpi("idle_cost", f"Idle cost ({cur})", o["idle_cost"], number(o["idle_cost"], 2)),
+        _kpi("missing_gpu_hours", "Missing GPU-hours", o["missing_gpu_hours"],
+             f"{number(o['missing_gpu_hours'])} ({number(o['missing_percent'])} %)"),
         _kpi("jobs", "GPU jobs", o["jobs"], number(o["jobs"])),
         _kpi("users", "Users / accounts", o["users"], f"{o['users']:,} / {o['accounts']:,}"),
         _kpi("energy", "GPU energy (kWh)", o["energy_kwh"], number(o["energy_kwh"])),
@@ -112,13 +114,13 @@ def render_page(report: MonthlyReport) -> str:
     group_cols = [
         col("Jobs", "jobs", 0), col("GPU-hours", "gpu_hours", 2), col(money, "cost", 2),
         col("Util %", "util_mean_percent"), col("Idle GPU-h", "idle_gpu_hours", 2),
-        col("Idle %", "idle_percent"), col("GPU-mem GiB-h", "gpu_mem_hours", 0),
-        col("Energy kWh", "energy_kwh"),
+        col("Idle %", "idle_percent"), col("Missing GPU-h", "missing_gpu_hours", 2),
+        col("GPU-mem GiB-h", "gpu_mem_hours", 0), col("Energy kWh", "energy_kwh"),
     ]  # fmt: skip
     total_row = {**o, "key": "TOTAL", "_total": True}
     accounts = [
         hbar_chart(
-            [(r["key"], r["gpu_hours"], r["idle_gpu_hours"]) for r in report.accounts[:15]],
+            [(r["key"], r["gpu_hours"], r["idle_gpu_hours"] or 0.0) for r in report.accounts[:15]],
             label="GPU-hours by account (top 15)", unit="GPU-h", second="idle",
         ),
         table([text_col("Account", "key"), col("Users", "users", 0), *group_cols],
@@ -243,8 +245,11 @@ def _definitions() -> str:
         ("GPU-hours", "one GPU held by a job for one hour; a job that ran partly in the "
          "month counts the part inside it."),
         ("Utilization", "mean GPU utilization weighted by GPU-hours."),
-        ("Idle GPU-hours", "GPU-hours minus the hours the GPU was above the active "
-         "threshold; idle cost is the cost of those hours."),
+        ("Idle GPU-hours", "measured GPU-hours below the active threshold; idle cost is "
+         "the cost of those hours. Time with no readings is never idle."),
+        ("Missing GPU-hours", "GPU-hours held with no readings (agent down, GPU lost): "
+         "neither active nor idle, charged all the same, and no reason to list a job as "
+         "wasteful."),
         ("Occupancy", "GPU-hours / (GPUs in the inventory x hours of the month so far)."),
         # The old word and key name (now "busy", busy_node_factor) stay until the
         # monthly format's next version: the page stays byte-identical till then.

@@ -47,6 +47,23 @@ class ReportEnv:
         return self.now.timestamp()
 
     @property
+    def stale_after(self) -> float:
+        """Seconds after which an agent's newest reading is stale: two [node].interval.
+
+        The agent sends its activity (the controller's input) every interval; a GPU
+        whose newest reading is older than two of them has stopped reporting.
+        """
+        return 2.0 * float(self.config.node.interval)
+
+    @property
+    def interval_lag(self) -> float:
+        """How far behind now a reporting agent's newest stored interval may be.
+
+        Intervals are shipped once per [store] ship_aggregate: that, plus `stale_after`.
+        """
+        return float(self.config.store.ship_aggregate) + self.stale_after
+
+    @property
     def tz(self) -> dt.tzinfo | None:
         """The local time zone."""
         return self.now.tzinfo
@@ -97,6 +114,7 @@ class ReportEnv:
             filters=filters,
             cost=self.config.cost,
             figures_only=figures_only,
+            lag=self.interval_lag,
         )
 
 
@@ -107,6 +125,7 @@ def open_env(
     slurm: SlurmClient,
     *,
     caller: Caller | None = None,
+    scope: Scope | None = None,
     clock: Callable[[], float] = time.time,
 ) -> ReportEnv:
     """Decide the caller's scope and the time, around an open store and Slurm runner.
@@ -117,14 +136,16 @@ def open_env(
         runner: Slurm command runner (for sacct).
         slurm: the Slurm client over `runner` (for the caller's Slurm roles).
         caller: who is asking (default: the real uid of this process).
+        scope: what the caller may see, when already decided (`App.scope`).
         clock: POSIX seconds now.
     """
-    who = caller if caller is not None else current_caller()
-    scope = resolve_scope(
-        who,
-        slurm,
-        admins=config.access.admins,
-        use_slurm=config.access.slurm_roles,
-    )
+    if scope is None:
+        who = caller if caller is not None else current_caller()
+        scope = resolve_scope(
+            who,
+            slurm,
+            admins=config.access.admins,
+            use_slurm=config.access.slurm_roles,
+        )
     now = dt.datetime.fromtimestamp(clock()).astimezone()
     return ReportEnv(config, store, runner, scope, now, [])

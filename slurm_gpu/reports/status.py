@@ -4,6 +4,10 @@ Slurm's view (`SlurmClient.gpu_nodes()`: configured and allocated GPUs per node,
 state; `running_owners()`: whose the running jobs are) beside the agents' (the newest
 stored interval of every GPU within the window: utilization, memory, which job, processes
 outside any allocation). Pure functions of those inputs; the CLI gathers them.
+
+Stale readings are not shown as current (README: missing data is never idle): a GPU whose
+newest reading is older than two agent intervals (`Freshness`) counts as stale, not as
+reporting, and its last utilization and memory are left out of the figures.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_gpu.access import Scope
+from slurm_gpu.models import GpuActivity
 from slurm_gpu.slurm.scontrol import GpuNode
 from slurm_gpu.slurm.squeue import JobOwner
+from slurm_gpu.slurm.timespec import format_sacct_time
 from slurm_gpu.units import GIB
 
 
@@ -32,6 +38,8 @@ class NodeStatus:
     mem_used_gib: float | None = None
     unallocated_gpus: int = 0
     reporting: int = 0
+    stale: int = 0
+    newest_reading: float | None = None
 
 
 @dataclass
@@ -47,6 +55,30 @@ class ClusterStatus:
     unallocated: list[dict[str, Any]] = field(default_factory=list)
     scope_all: bool = True
     latest: float | None = None
+    now: float | None = None
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """When a GPU's newest reading is stale.
+
+    Attributes:
+        now: the current time (POSIX seconds).
+        stale_after: a running job's GPU activity (sent every agent tick) older than this
+            is stale: two [node].interval.
+        interval_lag: a GPU's newest stored interval (shipped once per [store]
+            ship_aggregate) older than this is stale: ship_aggregate + stale_after.
+    """
+
+    now: float
+    stale_after: float
+    interval_lag: float
+
+    def is_fresh(self, interval_end: float | None, activity: float | None) -> bool:
+        """Whether a GPU still reports: by its running job's activity, else its intervals."""
+        if activity is not None:
+            return self.now - activity <= self.stale_after
+        return interval_end is not None and self.now - interval_end <= self.interval_lag
 
 
 def latest_per_gpu(
@@ -70,6 +102,8 @@ def build_status(
     scope: Scope,
     *,
     idle_percent: float,
+    freshness: Freshness | None = None,
+    activity: Sequence[GpuActivity] = (),
 ) -> ClusterStatus:
     """Combine Slurm's node view with the newest interval per GPU.
 
@@ -80,8 +114,23 @@ def build_status(
         job_owners: the running jobs' owners (`SlurmClient.running_owners()`).
         scope: what the caller may see: others' jobs count in Slurm's totals only.
         idle_percent: a held GPU below this utilization is idle.
+        freshness: when a reading is stale (None: every reading in the window counts).
+        activity: the running jobs' GPU activity (`Store.activity()`): a held GPU's
+            freshness, newer than its intervals.
     """
     latest = latest_per_gpu(intervals)
+    # A running job's GPU: its activity says when the agent last read it.
+    newest_activity: dict[tuple[str, str], float] = {}
+    for a in activity:
+        if a.job_id in job_owners:
+            key = (a.node, a.gpu_uuid)
+            newest_activity[key] = max(newest_activity.get(key, a.last_reading), a.last_reading)
+
+    def fresh(key: tuple[str, str], row: Mapping[str, Any]) -> bool:
+        if freshness is None:
+            return True
+        return freshness.is_fresh(float(row["period_end"]), newest_activity.get(key))
+
     names = sorted({n.name for n in slurm_nodes} | set(inventory) | {k[0] for k in latest})
     by_name = {n.name: n for n in slurm_nodes}
     nodes: list[NodeStatus] = []
@@ -90,8 +139,13 @@ def build_status(
     counted = 0
     for name in names:
         slurm = by_name.get(name)
-        rows = [r for (n, _), r in latest.items() if n == name]
+        mine = [(k, r) for k, r in latest.items() if k[0] == name]
+        rows = [r for k, r in mine if fresh(k, r)]
         status = NodeStatus(node=name)
+        status.stale = len(mine) - len(rows)
+        times = [float(r["period_end"]) for _, r in mine]
+        times += [t for k, t in newest_activity.items() if k[0] == name]
+        status.newest_reading = max(times, default=None)
         status.gpus = slurm.gpus if slurm else len(inventory.get(name, ()))
         status.state = slurm.state if slurm else "?"
         # A GPU counts as held by a job only while Slurm says the job runs (its newest
@@ -140,6 +194,7 @@ def build_status(
         unallocated=unallocated,
         scope_all=scope.all,
         latest=max((float(r["period_end"]) for r in latest.values()), default=None),
+        now=freshness.now if freshness else None,
     )
 
 
@@ -158,15 +213,29 @@ def render_status(status: ClusterStatus, scope_text: str, window_text: str) -> s
         f"(newest readings within {window_text}; {scope_text})",
         "",
         f"{'Node':<10} {'State':<12} {'GPUs':>4} {'Alloc':>5} {'IdleAlloc':>9} {'Free':>4} "
-        f"{'UtilAvg':>7} {'MemUsedGiB':>10} {'Unalloc':>7} {'Reporting':>9}",
+        f"{'UtilAvg':>7} {'MemUsedGiB':>10} {'Unalloc':>7} {'Reporting':>9} {'Stale':>5}",
     ]
     for n in status.nodes:
         lines.append(
             f"{n.node:<10} {n.state:<12.12} {n.gpus:>4} {n.alloc:>5} {n.idle_alloc:>9} {n.free:>4} "
             f"{(f'{n.util_mean_percent:.1f}' if n.util_mean_percent is not None else '-'):>7} "
             f"{(f'{n.mem_used_gib:.1f}' if n.mem_used_gib is not None else '-'):>10} "
-            f"{n.unallocated_gpus:>7} {n.reporting:>9}"
+            f"{n.unallocated_gpus:>7} {n.reporting:>9} {n.stale:>5}"
         )
+    stale = [n for n in status.nodes if n.stale]
+    if stale:
+        lines += ["", "Stale readings (older than two agent intervals; not shown as current):"]
+        for n in stale:
+            age = (
+                f", newest {format_sacct_time(n.newest_reading)}"
+                f" ({status.now - n.newest_reading:.0f} s ago)"
+                if n.newest_reading is not None and status.now is not None
+                else ""
+            )
+            lines.append(
+                f"  {n.node}: {n.stale} GPU(s) stopped reporting{age}: its agent is down or "
+                "cannot reach the store"
+            )
     if status.unallocated:
         lines += ["", "GPU use outside any allocation (processes no Slurm job owns):"]
         for u in status.unallocated:

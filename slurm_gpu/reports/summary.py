@@ -63,8 +63,16 @@ def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFra
     ]
     rows = gpus.join(facts, on="job_id")
     rows["fraction"] = _fractions(rows["start_time"], rows["end_time"], since, until, now)
-    for column in ("gpu_seconds", "active_seconds", "mem_gib_seconds", "energy_joules", "cost"):
-        rows[column] = rows[column].astype(float) * rows["fraction"]
+    for column in (
+        "gpu_seconds",
+        "active_seconds",
+        "missing_seconds",
+        "mem_gib_seconds",
+        "energy_joules",
+        "cost",
+    ):
+        if column in rows:
+            rows[column] = rows[column].astype(float) * rows["fraction"]
     start = _seconds(rows["start_time"])
     submit = _seconds(rows["submit_time"])
     rows["queue_wait"] = np.where(np.isnan(start) | np.isnan(submit), np.nan, start - submit)
@@ -153,7 +161,7 @@ def build_report(
     waste = []
     if len(rows):
         for user, user_figures in grouped_figures(rows, "user"):
-            if user_figures["idle_gpu_hours"] > 0:
+            if (user_figures["idle_gpu_hours"] or 0.0) > 0:
                 waste.append({"key": user, **user_figures})
     waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
     return Report(group, groups, total, waste[:waste_top])
@@ -211,8 +219,24 @@ def report_fields(currency: str, group: str = "user") -> dict[str, Field]:
             _get("active_gpu_hours"),
             h4,
         ),
-        Field("IdleGPUHours", 12, "GPU-hours minus active GPU-hours", _get("idle_gpu_hours"), h4),
+        Field(
+            "IdleGPUHours",
+            12,
+            "Measured GPU-hours below the active threshold (never missing time)",
+            _get("idle_gpu_hours"),
+            h4,
+        ),
         Field("IdlePct", 7, "Idle share of the GPU-hours, %", _get("idle_percent"), fixed(1)),
+        Field(
+            "MissingGPUHours",
+            15,
+            "GPU-hours held with no readings (agent down, GPU lost): neither active nor idle",
+            _get("missing_gpu_hours"),
+            h4,
+        ),
+        Field(
+            "MissingPct", 10, "Missing share of the GPU-hours, %", _get("missing_percent"), fixed(1)
+        ),
         Field("EnergyKWh", 9, "GPU energy, kWh", _get("energy_kwh"), fixed(5)),
         Field("Cost", 10, f"Cost by [cost] prices{cost_unit}", _get("cost"), fixed(2)),
         Field(

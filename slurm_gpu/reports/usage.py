@@ -24,7 +24,9 @@ from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
     JOB_COLUMNS,
     Records,
+    Unsummarized,
     categorical,
+    fill_models,
     gpu_rows,
     job_id_text,
     numpy_dtype,
@@ -68,6 +70,7 @@ def load_usage(
     filters: JobFilter = JobFilter(),
     cost: CostSettings | None = None,
     figures_only: bool = False,
+    lag: float | None = None,
 ) -> Usage:
     """Jobs overlapping [since, until] (or `filters.job_ids`) that `scope` may see.
 
@@ -83,6 +86,9 @@ def load_usage(
         figures_only: read only what report figures need: the GPU frame then has
             FIGURE_GPU_COLUMNS (and cost), the job frame at least FIGURE_JOB_COLUMNS
             (`with_job_listing` adds the rest for a few jobs).
+        lag: how far behind `now` a reporting agent's newest interval may be (see
+            `frames.Unsummarized`): jobs with no summary are then counted from their
+            start, their time with no readings missing. None: their intervals only.
     """
     numeric = [int(j) for j in filters.job_ids if j.isdigit()]
     if filters.job_ids:
@@ -118,9 +124,12 @@ def load_usage(
         summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=gpu_columns)
     else:
         summary_rows = window_summaries(store, since, until, stored, wanted, gpu_columns)
-    gpus = gpu_rows(store, wanted, summary_rows, gpu_columns)
+    unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
+    gpus = gpu_rows(store, wanted, summary_rows, gpu_columns, unsummarized)
     if not gpus.empty:
         jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+    gres = {j.job_id: ",".join(t for t, _ in j.gpu_types) for j in sacct_jobs or () if j.gpu_types}
+    gpus = fill_models(gpus, store, gres)
     gpus = add_cost(gpus, jobs, cost)
     for name in ("user", "account", "partition"):
         jobs[name] = categorical(jobs[name])
@@ -189,7 +198,7 @@ def _overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
         "account": job.account,
         "partition": job.partition,
         "qos": job.qos,
-        "state": job.state,
+        "state": job.state_text,  # "CANCELLED by 1002", as sacct shows it
         "submit_time": job.submit_time,
         "start_time": job.start_time,
         "end_time": job.end_time,
@@ -239,7 +248,8 @@ def _select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
         )
     if f.states:
         wanted = {s.upper() for s in f.states}
-        jobs = keep([str(s).upper() in wanted for s in jobs["state"]])
+        # By the state's name: "CANCELLED by 1002" is CANCELLED (sacct -s CA).
+        jobs = keep([str(s).split(" ")[0].upper() in wanted for s in jobs["state"]])
     if f.nodes:
         wanted_nodes = set(f.nodes)
         jobs = keep([bool(wanted_nodes & set(str(n).split(","))) for n in jobs["nodes"]])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ COLUMNS = {
     "account": names,
     "gpu_seconds": numbers,
     "active_seconds": numbers,
+    "missing_seconds": numbers,
     "util_mean_percent": percent,
     "mem_gib_seconds": numbers,
     "energy_joules": numbers,
@@ -34,11 +36,26 @@ rows = st.lists(st.fixed_dictionaries(COLUMNS), max_size=40).map(
 )
 
 
+def time_split(part: pd.DataFrame) -> tuple[float, float | None, float | None, float]:
+    """GPU-seconds, active, idle, missing: idle is measured time only, never missing time.
+
+    A row's missing seconds count up to its GPU-seconds; where GPU-seconds were held but
+    none was measured, active and idle are unknown.
+    """
+    gpu = part["gpu_seconds"].fillna(0.0)
+    gpu_seconds = float(part["gpu_seconds"].sum())
+    missing_rows = np.minimum(part["missing_seconds"].fillna(0.0), gpu)
+    missing = float(missing_rows.sum())
+    measured = gpu_seconds - missing
+    if gpu_seconds > 0 and measured <= 0:
+        return gpu_seconds, None, None, missing
+    active = float(np.minimum(part["active_seconds"].fillna(0.0), gpu - missing_rows).sum())
+    return gpu_seconds, active, max(measured - active, 0.0), missing
+
+
 def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
     """The figures as a plain pandas computation over one group's rows."""
-    gpu_seconds = float(part["gpu_seconds"].sum())
-    active = float(part["active_seconds"].sum())
-    idle = max(gpu_seconds - active, 0.0)
+    gpu_seconds, active, idle, missing = time_split(part)
     known = part[part["util_mean_percent"].notna()]
     weight = float(known["gpu_seconds"].sum())
     weighted = (known["util_mean_percent"] * known["gpu_seconds"]).sum()
@@ -50,9 +67,11 @@ def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
         "gpu_hours": gpu_seconds / 3600.0,
         "gpu_mem_hours": float(part["mem_gib_seconds"].sum()) / 3600.0,
         "util_mean_percent": float(weighted / weight) if weight > 0 else None,
-        "active_gpu_hours": active / 3600.0,
-        "idle_gpu_hours": idle / 3600.0,
-        "idle_percent": 100.0 * idle / gpu_seconds if gpu_seconds > 0 else None,
+        "active_gpu_hours": None if active is None else active / 3600.0,
+        "idle_gpu_hours": None if idle is None else idle / 3600.0,
+        "idle_percent": 100.0 * idle / gpu_seconds if idle is not None and gpu_seconds else None,
+        "missing_gpu_hours": missing / 3600.0,
+        "missing_percent": 100.0 * missing / gpu_seconds if gpu_seconds > 0 else None,
         "energy_kwh": float(energy.sum()) / 3.6e6 if len(energy) else None,
         "cost": float(part["cost"].sum()),
         "queue_wait_mean": float(waits.mean()) if len(waits) else None,
@@ -88,8 +107,9 @@ def test_totals_add_up_the_groups(frame: pd.DataFrame) -> None:
     frame = frame.assign(user=frame["user"].fillna(""))
     groups = [f for _, f in grouped_figures(frame, "user")]
     total = figures(frame)
-    for key in ("gpu_hours", "active_gpu_hours", "gpu_mem_hours", "cost"):
-        assert math.fsum(g[key] for g in groups) == pytest.approx(total[key], rel=1e-12, abs=1e-9)
+    for key in ("gpu_hours", "active_gpu_hours", "missing_gpu_hours", "gpu_mem_hours", "cost"):
+        expected = math.fsum(g[key] or 0.0 for g in groups)
+        assert expected == pytest.approx(total[key] or 0.0, rel=1e-12, abs=1e-9)
     assert total["users"] == sum(g["users"] for g in groups)
 
 
@@ -113,7 +133,7 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
             if weight > 0
             else (float(known["util_mean_percent"].mean()) if len(known) else None)
         )
-        gpu_seconds, active = float(part["gpu_seconds"].sum()), float(part["active_seconds"].sum())
+        gpu_seconds, active, idle, missing = time_split(part)
         umax = part["util_max_percent"].dropna()
         mem = part["mem_max_bytes"].dropna()
         energy = part["energy_joules"].dropna()
@@ -121,7 +141,8 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
             "gpu_model": "A100",
             "gpu_seconds": gpu_seconds,
             "active_seconds": active,
-            "idle_seconds": max(gpu_seconds - active, 0.0),
+            "idle_seconds": idle,
+            "missing_seconds": missing,
             "util_mean_percent": util,
             "util_max_percent": float(umax.max()) if len(umax) else None,
             "mem_max_bytes": int(mem.max()) if len(mem) else None,

@@ -64,12 +64,6 @@ def test_idle_gpu_note() -> None:
     assert any("1 of 2 GPUs stayed idle" in n and "ask for 1 GPU(s)" in n for n in text)
 
 
-def test_fewer_gpus_would_do() -> None:
-    """Two GPUs at 30% each: one would have done."""
-    text = notes(JOB, [gpu("GPU-a", 30.0), gpu("GPU-b", 30.0)], LIMITS)
-    assert any("1 GPU(s) would have done" in n for n in text)
-
-
 def test_time_limit_far_too_long() -> None:
     """A 24 h limit for a 1 h job is flagged; a running job is not."""
     assert any("Time limit far too long" in n for n in notes(JOB, [gpu("GPU-a", 90.0)], LIMITS))
