@@ -57,11 +57,16 @@ class AuditSpool:
 
         A line cut short by a crash mid-write is skipped (it was never acted on: the
         controller acts only after the write returned).
+
+        Raises:
+            OSError: the file exists but cannot be read.
         """
-        if not self.path.exists():
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
             return []
         rows: dict[str, dict[str, Any]] = {}
-        for line in self.path.read_text().splitlines():
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:

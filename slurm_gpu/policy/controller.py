@@ -358,7 +358,11 @@ class Controller:
 
     def _store_is_back(self, now: float) -> None:
         """Writes what was spooled while the store was unavailable, then forgets it."""
-        rows = self.spool.rows()
+        try:
+            rows = self.spool.rows()
+        except OSError as exc:  # kept for a later cycle: never lost, never acted on twice
+            log.error("cannot read the audit spool %s: %s", self.spool.path, exc)
+            rows = []
         if rows:
             self.control.audit_rows(rows)
             self.spool.clear()
