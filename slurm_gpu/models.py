@@ -193,6 +193,9 @@ class GpuActivity:
         util_recent_percent: mean utilization of the newest window.
         mem_used_bytes: memory in use at the newest read.
         process_count: compute processes at the newest read.
+        measured_since: where the GPU's current unbroken run of readings began (after
+            a gap: the agent down, the GPU lost); idle time is never counted before it.
+            None: not known (an older agent).
     """
 
     job_id: int
@@ -205,6 +208,24 @@ class GpuActivity:
     util_recent_percent: float | None
     mem_used_bytes: int | None
     process_count: int | None
+    measured_since: float | None = None
+
+
+@dataclass(frozen=True)
+class LostGpu:
+    """A GPU its node agent cannot read at all (NVML: lost, fallen off the bus).
+
+    Attributes:
+        uuid: the GPU's UUID; "" for a GPU gres.conf lists that NVML never showed.
+        minor: its device minor (/dev/nvidiaN), which names it when the UUID is unknown.
+        since: when the agent first failed to read it.
+        reason: NVML's error, or why the agent counts it lost.
+    """
+
+    uuid: str
+    minor: int | None
+    since: float
+    reason: str
 
 
 class Action(StrEnum):

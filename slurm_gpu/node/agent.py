@@ -6,7 +6,9 @@ Each tick:
    jobs that held the GPU (attribution.py) and merges the pieces into the spool,
 3. seals finished shipping periods into the outbox and summarizes the runs that ended (a
    requeued job runs again under its id: each run, Slurm's restart count, is summarized
-   on its own).
+   on its own),
+4. queues the node's inventory with its lost GPUs (those it cannot read at all) at the
+   first tick and whenever that set changes, for the controller's hot_node policy.
 Shipping to the store happens elsewhere (shipper.py), so a store outage never stops this.
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpuSnapshot, GpuSource
-from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary
+from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary, LostGpu
 from slurm_gpu.node.attribution import JobSpan, period_start, split_window
 from slurm_gpu.node.hookfiles import read_bindings, read_events
 from slurm_gpu.node.spool import Spool
@@ -134,6 +136,16 @@ class NodeAgent:
         self._warned_pids: set[tuple[str, int]] = set()
         self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
         self._last_mem: dict[str, int | None] = {}  # uuid: memory in use at its last read
+        # uuid -> where its current unbroken run of readings began (GpuActivity.measured_since)
+        self._measured_since: dict[str, float] = {}
+        # GPUs that cannot be read, by uuid ("minor:N" for one NVML never showed)
+        self._lost: dict[str, LostGpu] = {}
+        self._lost_reported: dict[str, LostGpu] | None = None  # None: not yet this run
+        started = clock()
+        for index, minor in index_to_minor(gres_files, stat).items():
+            if minor not in by_minor:
+                reason = f"gres.conf GPU {index} (/dev/nvidia{minor}) is not among NVML's GPUs"
+                self._lost[f"minor:{minor}"] = LostGpu("", minor, started, reason)
 
     def tick(self) -> TickResult:
         """One sampling round (see module docstring)."""
@@ -157,7 +169,22 @@ class NodeAgent:
                     db, self.node, job_id, self.index_uuid, restart
                 )
                 self._last_active = {k: v for k, v in self._last_active.items() if k[:2] != run}
+            lost = self._queue_lost(db, now)
+        if lost is not None:
+            self._lost_reported = lost  # committed
         return result
+
+    def _queue_lost(self, db: sqlite3.Connection, now: float) -> dict[str, LostGpu] | None:
+        """Queues the inventory with the lost GPUs when they changed; returns what it queued."""
+        if self._lost == self._lost_reported:
+            return None
+        payload = {
+            "devices": [asdict(d) for d in self.devices],
+            "seen_at": now,
+            "lost": [asdict(g) for _, g in sorted(self._lost.items())],
+        }
+        self.spool.queue(db, "inventory", f"inventory:{self.node}", payload)
+        return dict(self._lost)
 
     def _adopt_orphan_bindings(self, spans: list[JobSpan]) -> list[JobSpan]:
         """A binding with no span means its started event was lost: trust the binding.
@@ -197,7 +224,17 @@ class NodeAgent:
         if snap.error is not None:
             # Nothing is known about this window: it stays uncovered (missing).
             self.spool.set_gpu_state(db, device.uuid, now, last_sample, None)
+            self._measured_since.pop(device.uuid, None)  # a gap: idle clocks start again
+            if device.uuid not in self._lost:
+                log.error(
+                    "GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, snap.error
+                )
+                self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, snap.error)
             return
+        if self._lost.pop(device.uuid, None) is not None:
+            log.warning("GPU %s (minor %d) answers again", device.uuid, device.minor)
+        if not continuous or device.uuid not in self._measured_since:
+            self._measured_since[device.uuid] = w0
         self._last_mem[device.uuid] = snap.mem_used_bytes
         energy_delta = None
         if continuous and snap.energy_joules is not None and last_energy is not None:
@@ -262,6 +299,7 @@ class NodeAgent:
             util_recent_percent=sum(s.util_percent for s in mine) / len(mine) if mine else None,
             mem_used_bytes=snap.mem_used_bytes,
             process_count=None if snap.processes is None else len(snap.processes),
+            measured_since=self._measured_since.get(uuid),
         )
         self.spool.queue(db, "activity", f"activity:{span.job_id}:{uuid}", asdict(activity))
 

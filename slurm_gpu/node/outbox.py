@@ -2,7 +2,8 @@
 
 Each outbox row is a kind, an idempotency key and a JSON payload. The payload of an
 `interval`, `event`, `summary` or `activity` row is its model's fields (`asdict`), an
-`inventory` row is `{"devices": [GpuDevice fields...], "seen_at": seconds}`.
+`inventory` row is `{"devices": [GpuDevice fields...], "seen_at": seconds}`, from the agent
+also with `"lost": [LostGpu fields...]` (the GPUs it cannot read; absent: not reported).
 
 The outbox is written by this program, but it is a file on a node's disk that outlives
 upgrades and can be damaged: a payload is checked field by field on the way out, so a
@@ -27,6 +28,7 @@ from slurm_gpu.models import (
     JobEvent,
     JobEventKind,
     JobGpuSummary,
+    LostGpu,
 )
 
 _M = TypeVar("_M")
@@ -72,10 +74,16 @@ def decode_activity(payload: str) -> GpuActivity:
     return _decode_model("activity", GpuActivity, _load("activity", payload))
 
 
-def decode_inventory(payload: str) -> tuple[list[GpuDevice], float]:
-    """An outbox `inventory` payload: (devices, seen_at). Raises OutboxError."""
+def decode_inventory(payload: str) -> tuple[list[GpuDevice], float, list[LostGpu] | None]:
+    """An outbox `inventory` payload: (devices, seen_at, lost). Raises OutboxError.
+
+    `lost` is None when the row does not say (the agent's first row, an older agent's).
+    """
     data = _load("inventory", payload)
-    if not isinstance(data, dict) or set(data) != {"devices", "seen_at"}:
+    if not isinstance(data, dict) or set(data) not in (
+        {"devices", "seen_at"},
+        {"devices", "seen_at", "lost"},
+    ):
         raise OutboxError(
             f"outbox inventory row: expected an object with devices and seen_at, got {_brief(data)}"
         )
@@ -84,7 +92,14 @@ def decode_inventory(payload: str) -> tuple[list[GpuDevice], float]:
         raise OutboxError(f"outbox inventory row: devices: expected a list, got {_brief(devices)}")
     seen_at = _decode_value("inventory", "seen_at", float, data["seen_at"])
     assert isinstance(seen_at, float)
-    return [_decode_model("inventory", GpuDevice, d) for d in devices], seen_at
+    lost = data.get("lost")
+    if lost is not None and not isinstance(lost, list):
+        raise OutboxError(f"outbox inventory row: lost: expected a list, got {_brief(lost)}")
+    return (
+        [_decode_model("inventory", GpuDevice, d) for d in devices],
+        seen_at,
+        None if lost is None else [_decode_model("inventory", LostGpu, g) for g in lost],
+    )
 
 
 def _load(kind: str, payload: str) -> Any:

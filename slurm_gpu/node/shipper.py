@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobEvent, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobGpuSummary,
+    LostGpu,
+)
 from slurm_gpu.node.outbox import (
     OutboxError,
     decode_activity,
@@ -51,6 +58,10 @@ class StoreSink(Protocol):
         """Replaces the node's GPU inventory as seen at `seen_at`."""
         ...
 
+    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
+        """Records the node's GPUs its agent cannot read (and that the others can)."""
+        ...
+
     def add_activity(self, rows: Sequence[GpuActivity]) -> int:
         """Replaces running jobs' recent GPU activity; returns rows written."""
         ...
@@ -70,7 +81,9 @@ class _Batch:
     """One batch of outbox rows, decoded; `bad` holds (id, error) of those that failed."""
 
     events: list[JobEvent] = field(default_factory=list)
-    inventory: list[tuple[list[GpuDevice], float]] = field(default_factory=list)
+    inventory: list[tuple[list[GpuDevice], float, list[LostGpu] | None]] = field(
+        default_factory=list
+    )
     activity: list[GpuActivity] = field(default_factory=list)
     intervals: list[GpuInterval] = field(default_factory=list)
     summaries: list[JobGpuSummary] = field(default_factory=list)
@@ -155,8 +168,10 @@ class Shipper:
                 )
         if batch.events:
             self.store.add_events(batch.events)
-        for devices, seen_at in batch.inventory:
+        for devices, seen_at, lost in batch.inventory:
             self.store.upsert_inventory(self.node, devices, seen_at)
+            if lost is not None:
+                self.store.set_lost_gpus(self.node, lost)
         if batch.activity:
             self.store.add_activity(batch.activity)
         if batch.intervals:

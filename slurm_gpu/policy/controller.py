@@ -525,10 +525,11 @@ class Controller:
     ) -> list[Verdict]:
         """Audit entries closing warning episodes of jobs no longer warned or cancelled."""
         running = {j.job_id: j for j in jobs if j.state.upper() == "RUNNING"}
+        # A NONE verdict (readings unknown) says itself that the warning is suspended.
         active = {
             (v.job_id, v.policy)
             for v in verdicts
-            if v.action in (Action.WARN, Action.CANCEL, Action.CAP_TIME)
+            if v.action in (Action.WARN, Action.CANCEL, Action.CAP_TIME, Action.NONE)
         }
         out = []
         for job_id, policy in self._warned(list(running), dry_run):
@@ -611,6 +612,14 @@ class Controller:
                 (t for t in (old.max_temperature_celsius, temp) if t is not None), default=None
             )
             health[node] = NodeHealth(node, hottest, old.new_ecc_errors + new_ecc, (), old.drained)
+        # The GPUs the agents cannot read at all, from their inventory reports (NodeAgent).
+        for entry in self.store.inventory():
+            if entry.lost_since is not None:
+                old = health.get(entry.node, NodeHealth(entry.node, drained=entry.node in drained))
+                lost = (*old.lost_gpus, entry.device.uuid)
+                health[entry.node] = NodeHealth(
+                    entry.node, old.max_temperature_celsius, old.new_ecc_errors, lost, old.drained
+                )
         return list(health.values())
 
     def _unallocated(self, recent: list[GpuInterval]) -> list[UnallocatedUse]:

@@ -176,6 +176,9 @@ gpu_inventory = sa.Table(
     sa.Column("memory_total_bytes", sa.BigInteger()),
     _time("first_seen"),
     _time("last_seen"),
+    # Revision 0005: set while the node's agent cannot read the GPU (NVML: lost).
+    _time("lost_since", nullable=True),
+    sa.Column("lost_reason", sa.String(255)),
 )
 
 job_events = sa.Table(
@@ -210,6 +213,7 @@ gpu_activity = sa.Table(
     sa.Column("util_recent_percent", sa.Double()),
     sa.Column("mem_used_bytes", sa.BigInteger()),
     sa.Column("process_count", sa.Integer()),
+    _time("measured_since", nullable=True),  # revision 0005
 )
 
 # Every controller decision, dry-run or real, written before it is acted on.

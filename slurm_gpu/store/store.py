@@ -29,6 +29,7 @@ from slurm_gpu.models import (
     JobEvent,
     JobEventKind,
     JobGpuSummary,
+    LostGpu,
 )
 from slurm_gpu.store import convert, rollup
 from slurm_gpu.store.control import ControlStore
@@ -65,6 +66,8 @@ class InventoryEntry:
     device: GpuDevice
     first_seen: float
     last_seen: float
+    lost_since: float | None = None
+    lost_reason: str | None = None
 
 
 def _short(exc: BaseException) -> str:
@@ -557,6 +560,27 @@ class Store:
         with self.writing(f"updating the GPU inventory of {node}") as conn:
             conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
 
+    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
+        """Record which of `node`'s GPUs its agent cannot read; every other one can.
+
+        A lost GPU is found by its UUID, or by its minor when the agent never learnt
+        the UUID (a GPU gres.conf lists that NVML did not show at the agent's start).
+        """
+        i = gpu_inventory.c
+        with self.writing(f"recording the lost GPUs of {node}") as conn:
+            conn.execute(
+                gpu_inventory.update()
+                .where(i.node == node, i.lost_since.is_not(None))
+                .values(lost_since=None, lost_reason=None)
+            )
+            for gpu in lost:
+                which = i.uuid == gpu.uuid if gpu.uuid else i.minor == gpu.minor
+                conn.execute(
+                    gpu_inventory.update()
+                    .where(i.node == node, which)
+                    .values(lost_since=gpu.since, lost_reason=gpu.reason[:255])
+                )
+
     def inventory(self, node: str | None = None) -> list[InventoryEntry]:
         """GPUs seen, ordered by node and NVML index."""
         i = gpu_inventory.c
@@ -565,7 +589,14 @@ class Store:
             query = query.where(i.node == node)
         with self.reading("reading the GPU inventory") as conn:
             return [
-                InventoryEntry(r["node"], convert.row_to_device(r), r["first_seen"], r["last_seen"])
+                InventoryEntry(
+                    r["node"],
+                    convert.row_to_device(r),
+                    r["first_seen"],
+                    r["last_seen"],
+                    r["lost_since"],
+                    r["lost_reason"],
+                )
                 for r in conn.execute(query).mappings()
             ]
 
@@ -586,6 +617,7 @@ class Store:
             "util_recent_percent",
             "mem_used_bytes",
             "process_count",
+            "measured_since",
         )
         stmt = upsert(self.dialect, gpu_activity, fields, keep_max=("last_active",))
         with self.writing(f"adding {len(rows)} GPU activity rows") as conn:

@@ -5,6 +5,9 @@
   admins by the controller.
 - Three uncorrected ECC errors injected into one of gpu1's GPUs (sim-gpu, at the NVML
   ABI) after the controller's first cycle drain gpu1 in Slurm, with the reason.
+- One of gpu2's GPUs made lost (sim-gpu: every NVML call fails with GPU_IS_LOST) is
+  reported by gpu2's agent through the store, and the controller drains gpu2 with a
+  reason naming the GPU, audited; the fault is undone and gpu2 resumed at the end.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any, cast
 
 import pytest
 
+from slurm_gpu.store import Store
 from tests.integration.controlbed import controllers, slurm_gpu, write_config
 from tests.integration.testbed import TestBed
 from tests.receivers import smtp_receiver
@@ -126,3 +130,46 @@ def test_new_ecc_errors_drain_the_node_with_the_reason(
 ) -> None:
     assert node_scenario["reason"] == "slurm-gpu: 3 new GPU ECC error(s)"
     assert node_field(testbed, "gpu2", "%T") in ("idle", "mixed", "allocated")
+
+
+def sim_gpu(testbed: TestBed, *args: str) -> None:
+    subprocess.run(
+        [str(testbed.bin_dir / "sim-gpu"), *args], check=True, env=testbed.env, capture_output=True
+    )
+
+
+def test_a_lost_gpu_drains_its_node_with_the_gpu_named(testbed: TestBed, store: Store) -> None:
+    """gpu2's GPU minor 1 lost: gpu2 drained, "slurm-gpu: lost GPU <uuid>", one audit row."""
+    assert "drain" not in node_field(testbed, "gpu2", "%T"), "gpu2 is drained already"
+    (uuid,) = [e.device.uuid for e in store.inventory("gpu2") if e.device.minor == 1]
+    sim_dir = str(testbed.state_dir / "sim-nvml" / "gpu2")
+    config = write_config(testbed, "lost-gpu", idle_enabled="false")
+    started = time.time()
+    reason = ""
+
+    def lost_flag() -> float | None:
+        (entry,) = [e for e in store.inventory("gpu2") if e.device.uuid == uuid]
+        return entry.lost_since
+
+    try:
+        with controllers(testbed, config):
+            sim_gpu(testbed, "fault", "--dir", sim_dir, "--gpu", "minor:1", "lost")
+            wait_for(lambda: "drain" in node_field(testbed, "gpu2", "%T"), 90, "gpu2 drained")
+            reason = node_field(testbed, "gpu2", "%E")
+        drains = store.control.audit_entries(since=started, policies=["hot_node"])
+    finally:
+        sim_gpu(testbed, "fault", "--dir", sim_dir, "--gpu", "minor:1", "clear")
+        # The agent clears the flag at its next read; resume only then, so that no
+        # controller drains gpu2 again for a GPU that answers.
+        wait_for(lambda: lost_flag() is None, 60, "gpu2's agent to report the GPU back")
+        testbed.run("scontrol", "update", "NodeName=gpu2", "State=RESUME", check=False)
+        wait_for(
+            lambda: node_field(testbed, "gpu2", "%T") in ("idle", "mixed", "allocated"),
+            120,
+            "gpu2 back in service",
+        )
+    assert f"slurm-gpu: lost GPU {uuid}" == reason
+    assert [("drain", "node:gpu2", f"lost GPU {uuid}", "done")] == [
+        (e.action, e.target, e.reason, e.outcome) for e in drains
+    ]
+    assert [uuid] == drains[0].details["lost_gpus"]

@@ -193,9 +193,11 @@ def test_job_idle_time_is_the_least_idle_gpu() -> None:
 
 
 def test_gpu_without_activity_row_is_unknown() -> None:
-    """A job with one of two GPUs unreported gets NONE ("no fresh readings"), not a cancel."""
-    warned = {(1, "idle_gpu"): NOW - 3600}
-    verdicts = evaluate([job(gpus=(0, 1))], [gpu(0, idle_minutes=120)], NOW, CONFIG, warned=warned)
+    """A job with one of two GPUs unreported gets NONE ("no fresh readings"), not a cancel.
+
+    (A job warned before gets "Warning suspended": test_policy_idle_gaps.py.)
+    """
+    verdicts = evaluate([job(gpus=(0, 1))], [gpu(0, idle_minutes=120)], NOW, CONFIG)
     expected = [
         (
             Action.NONE,

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from slurm_gpu.errors import StoreError
-from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobEvent, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuDevice,
+    GpuInterval,
+    JobEvent,
+    JobGpuSummary,
+    LostGpu,
+)
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 
@@ -41,6 +48,9 @@ class FakeStore:
 
     def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
         self._check("inventory")
+
+    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
+        self._check("lost")
 
     def add_activity(self, rows: Sequence[GpuActivity]) -> int:
         self._check("activity")

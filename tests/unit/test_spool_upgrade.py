@@ -23,6 +23,7 @@ from slurm_gpu.models import (
     JobEvent,
     JobEventKind,
     JobGpuSummary,
+    LostGpu,
 )
 from slurm_gpu.node.attribution import JobSpan
 from slurm_gpu.node.shipper import Shipper
@@ -228,6 +229,9 @@ class RecordingStore:
 
     def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
         self.inventory.append((node, list(devices), seen_at))
+
+    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
+        pass
 
     def add_activity(self, rows: Sequence[GpuActivity]) -> int:
         self.activity += rows

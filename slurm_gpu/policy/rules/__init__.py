@@ -25,8 +25,11 @@ Policies (config in `slurm_gpu.config.policy`):
 Unknown is not idle (DESIGN.md): a running GPU job with a GPU that has no activity row,
 or whose newest reading is older than `freshness_intervals * [node].interval`, gets no
 usage-based verdict. Instead it gets one Action.NONE verdict (policy idle_gpu, reason
-"no fresh readings ...") so that the audit log shows why nothing happened; the
-controller never acts on NONE. Jobs exempt by config or by an Exemption get no verdict.
+"no fresh readings ...", or "Warning suspended: ..." for a job warned before) so that
+the audit log shows why nothing happened; the controller never acts on NONE. Only
+measured time is idle: a GPU's idle clock never starts before its
+`GpuActivity.measured_since` (a gap in the readings resets it). Jobs exempt by config or
+by an Exemption get no verdict.
 
 Reasons are plain sentences for the user and the audit log. They do not name the
 exemption contact: `notify.render` appends [notify].exemption_contact to every message.

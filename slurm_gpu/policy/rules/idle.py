@@ -1,7 +1,13 @@
 """idle_gpu: warn, then cancel, a running job whose GPUs are all idle.
 
 A job with some idle and some busy GPUs gets a NOTICE, never a cancel; a job with a GPU
-that has no fresh reading gets an Action.NONE verdict, since unknown is not idle.
+that has no fresh reading gets an Action.NONE verdict, since unknown is not idle. When
+that job had been warned, the verdict says the warning is suspended, and why.
+
+Only measured time is idle: a gap in a GPU's readings (agent down, GPU lost, a restarted
+agent) resets its idle clock, which starts again at `GpuActivity.measured_since`, where
+the current unbroken run of readings began. A job is never warned or cancelled for time
+nobody measured; its warning and cancellation say when the count began.
 
 A GPU is active at or above `[node] active_threshold_percent` (`slurm_gpu.activity`): the
 agent's `last_active` was taken with that key, and the recent mean is judged by it too.
@@ -37,25 +43,13 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         missing = max(job.gpu_count - len(mine), 0)
     stale = [r for r in mine if now - r.last_reading > ctx.fresh_seconds]
     if missing or stale or not mine:
-        what = []
-        if missing:
-            what.append(f"{missing} GPU(s) without readings")
-        if stale:
-            newest = max(r.last_reading for r in stale)
-            what.append(f"{gpu_list(stale)} last read {span_text(now - newest)} ago")
-        return job_verdict(
-            IDLE_GPU,
-            Action.NONE,
-            job,
-            f"No fresh readings for job {job.job_id} ({'; '.join(what)}): its GPU use is "
-            "unknown, and unknown is never treated as idle.",
-            details=(("missing_gpus", missing), ("stale_gpus", len(stale))),
-        )
+        return _unknown(ctx, job, missing, stale)
 
     floor = settings.memory_floor_mib * MIB
     threshold = ctx.config.node.active_threshold_percent
     job_start = job.start_time
     idle_for: list[float] = []
+    resumed: list[float] = []  # where a gap in the readings restarted a GPU's idle clock
     for row in mine:
         active_at = row.last_active
         recent = row.util_recent_percent
@@ -64,6 +58,11 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         # A process with a bare context is idle; one holding real data is memory-only.
         holds_memory = (row.mem_used_bytes or 0) > floor
         start = row.start if job_start is None else max(row.start, job_start)
+        measured = row.measured_since
+        if measured is not None and measured > start:
+            start = measured  # the time before it had no readings: not idle, unknown
+            if active_at is None or active_at < measured:
+                resumed.append(measured)
         if holds_memory and not settings.memory_only_is_idle:
             idle_for.append(0.0)
         elif settings.window == "from_start":
@@ -103,6 +102,16 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         if settings.window == "from_start"
         else f"been {threshold_text}"
     )
+    counted = ""
+    if resumed and max(resumed) >= idle_since:
+        # The count began where readings resumed after a gap: say so.
+        resumed_at = ctx.time_text(max(resumed))
+        if settings.window == "from_start":
+            since_text = f"not been used since readings resumed at {resumed_at}"
+        else:
+            counted = f" (counted from {resumed_at}, when readings resumed after a gap)"
+    else:
+        resumed = []
     grace = settings.cancel_after - settings.warn_after
     warned_at = ctx.warned.get((job.job_id, IDLE_GPU))
     if warned_at is not None and warned_at < idle_since:
@@ -112,6 +121,7 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         ("threshold_percent", threshold),
         ("window", settings.window),
         ("gpus", len(mine)),
+        *((("readings_resumed_at", max(resumed)),) if resumed else ()),
     )
     if job_idle >= settings.cancel_after and warned_at is not None and now - warned_at >= grace:
         return job_verdict(
@@ -119,8 +129,8 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
             Action.CANCEL,
             job,
             f"Job {job.job_id} cancelled: {gpu_list(mine)} had {since_text} for "
-            f"{span_text(job_idle)}, and the warning at {ctx.time_text(warned_at)} went"
-            " unanswered.",
+            f"{span_text(job_idle)}{counted}, and the warning at {ctx.time_text(warned_at)}"
+            " went unanswered.",
             details=(*details, ("warned_at", warned_at)),
         )
     warning = now if warned_at is None else warned_at
@@ -130,8 +140,48 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         Action.WARN,
         job,
         f"{gpu_list(mine)} of job {job.job_id} {'has' if len(mine) == 1 else 'have'} "
-        f"{since_text} for {span_text(job_idle)}; the job will be cancelled at "
+        f"{since_text} for {span_text(job_idle)}{counted}; the job will be cancelled at "
         f"{ctx.time_text(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used.",
         deadline=deadline,
+        details=details,
+    )
+
+
+def _unknown(ctx: Context, job: SlurmJob, missing: int, stale: Sequence[GpuActivity]) -> Verdict:
+    """The Action.NONE verdict of a job whose GPU use is unknown (missing or stale readings).
+
+    A job warned in its current episode hears that the warning is suspended: the
+    controller ends the episode with this audit row, and the idle clock starts again when
+    readings return (a later warning gives the full grace period again).
+    """
+    now = ctx.now
+    newest = max((r.last_reading for r in stale), default=None)
+    details = (("missing_gpus", missing), ("stale_gpus", len(stale)))
+    if (job.job_id, IDLE_GPU) in ctx.warned:
+        gaps = []
+        if newest is not None:
+            gaps.append(f"no readings from {gpu_list(stale)} since {ctx.time_text(newest)}")
+        if missing:
+            gaps.append(f"no readings from {missing} of its GPU(s)")
+        return job_verdict(
+            IDLE_GPU,
+            Action.NONE,
+            job,
+            f"Warning suspended: {'; '.join(gaps)}. The GPU use of job {job.job_id} is unknown,"
+            " and unknown is never treated as idle: the idle clock starts again when readings"
+            " return.",
+            details=(*details, ("suspended", True)),
+        )
+    what = []
+    if missing:
+        what.append(f"{missing} GPU(s) without readings")
+    if newest is not None:
+        what.append(f"{gpu_list(stale)} last read {span_text(now - newest)} ago")
+    return job_verdict(
+        IDLE_GPU,
+        Action.NONE,
+        job,
+        f"No fresh readings for job {job.job_id} ({'; '.join(what)}): its GPU use is "
+        "unknown, and unknown is never treated as idle.",
         details=details,
     )
