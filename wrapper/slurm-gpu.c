@@ -10,15 +10,19 @@
  *
  * A scripting language cannot be setgid, hence this small C program. What it does for
  * a caller other than root:
- * - only the read commands (sacct, report, job, status) and --help/--version run;
- *   everything else (config, db, exempt, controller, node, sync, ...) is refused,
- *   since with the group's credentials it could read or change any record;
+ * - only the read commands (sacct, report, job, status, audit) and --help/--version
+ *   run; everything else (config, db, exempt, controller, node, sync, ...) is refused,
+ *   since with the group's credentials it could read or change any record; the read
+ *   commands show the caller's own jobs (audit: the decisions about them);
  * - the config is the one compiled in: --config and SLURM_GPU_CONFIG are not honoured
  *   (a config of the caller's choosing could name them an admin);
  * - the environment is rebuilt from a short allow-list (locale, terminal, TZ), PATH is
  *   fixed, and Python runs isolated (-I: no PYTHON* variables, no user site, no
  *   current directory on sys.path), so no code of the caller's runs with the group.
  * Root runs everything with its own environment, as with the venv's console script.
+ * The CLI gives the group up (setresgid to the real gid) as soon as it has read the
+ * config and opened the store (slurm_gpu/app.py), so whatever a user asks it to write
+ * (`report monthly --out DIR`) is written with the user's own rights only.
  *
  * Build (scripts/install-user-command does this):
  *   cc -O2 -Wall -DSLURM_GPU_PYTHON='"/opt/slurm-gpu/venv/bin/python"' \
@@ -40,7 +44,7 @@
 #define SAFE_PATH "/usr/local/bin:/usr/bin:/bin"
 
 static const char *const user_commands[] = {
-    "sacct", "report", "job", "status", "--help", "-h", "--version", NULL,
+    "sacct", "report", "job", "status", "audit", "--help", "-h", "--version", NULL,
 };
 
 /* Variables copied from the caller: display only, none is a path the CLI loads. */
@@ -93,7 +97,7 @@ int main(int argc, char **argv) {
         if (argc >= 2 && !listed(argv[1], user_commands)) {
             fprintf(stderr,
                     "slurm-gpu %s: for administrators (run it as root); users can run "
-                    "sacct, report, job and status\n",
+                    "sacct, report, job, status and audit\n",
                     argv[1]);
             return 2;
         }

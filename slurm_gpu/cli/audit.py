@@ -58,7 +58,11 @@ def audit_cmd(
     noheader: bool,
     as_json: bool,
 ) -> None:
-    """Every controller decision, dry-run or real, with what came of it."""
+    """Every controller decision, dry-run or real, with what came of it.
+
+    Like sacct: a user sees the decisions about their own jobs (so why one was
+    cancelled), a coordinator also their accounts', an admin every row.
+    """
     try:
         job_ids = [int(j) for j in comma_list(jobs)]
     except ValueError:
@@ -73,6 +77,7 @@ def audit_cmd(
         policies=comma_list(policies),
         actions=comma_list(actions),
     )
+    entries = app.visible(entries)  # a user's own jobs, a coordinator's accounts (as sacct)
     columns = [
         ChosenField(Field(name, width, name, _cell(get), fmt_text), width)
         for name, width, get in _COLUMNS

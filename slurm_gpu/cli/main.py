@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from slurm_gpu import __version__
+from slurm_gpu.access import NotAnAdmin
 from slurm_gpu.cli.audit import audit_cmd
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
@@ -32,17 +33,19 @@ from slurm_gpu.errors import SlurmGpuError
 class SlurmGpuGroup(click.Group):
     """A click group that turns expected failures into one line each on stderr, exit 1.
 
-    Anything that is not a SlurmGpuError is a bug and keeps its traceback.
+    A command for administrators run by someone else exits 2 (`access.NotAnAdmin`), as
+    the users' command does. Anything that is not a SlurmGpuError is a bug and keeps its
+    traceback.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; a SlurmGpuError becomes its lines on stderr and exit 1."""
+        """Run the command; a SlurmGpuError becomes its lines on stderr and exit 1 (or 2)."""
         try:
             return super().invoke(ctx)
         except SlurmGpuError as exc:
             for line in str(exc).splitlines() or [type(exc).__name__]:
                 click.echo(f"slurm-gpu: {line}", err=True)
-            ctx.exit(1)
+            ctx.exit(2 if isinstance(exc, NotAnAdmin) else 1)
 
 
 @click.group(cls=SlurmGpuGroup)

@@ -25,7 +25,10 @@ def policy_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="JSON output.")
 @pass_app
 def backtest_cmd(app: App, start: str, end: str, step: str | None, as_json: bool) -> None:
-    """What idle_gpu and max_runtime would have done over the stored history."""
+    """What idle_gpu and max_runtime would have done over the stored history.
+
+    Like sacct, a user replays their own jobs only (a coordinator their accounts').
+    """
     since = sacct_time(start, "-S/--starttime")
     until = sacct_time(end, "-E/--endtime")
     assert since is not None and until is not None  # both options always have a value
@@ -33,7 +36,7 @@ def backtest_cmd(app: App, start: str, end: str, step: str | None, as_json: bool
         step_seconds = parse_duration(step) if step else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--step") from None
-    result = backtest(app.store, app.config, since, until, step_seconds)
+    result = backtest(app.store, app.config, since, until, step_seconds, scope=app.scope)
     if as_json:
         click.echo(json.dumps(_document(result), indent=2))
         return

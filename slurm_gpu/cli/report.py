@@ -206,7 +206,10 @@ def monthly_command(app: App, month: str | None, out: Path, top: int) -> None:
         month = previous.strftime("%Y-%m")
     month_period(month, env.tz)  # a bad --month is a usage error naming the option
     report = build_monthly(env, month, waste_top=top)
-    files = write_monthly(report, out)
+    try:
+        files = write_monthly(report, out)
+    except OSError as exc:  # e.g. a file in --out that the caller may not write
+        raise click.ClickException(f"cannot write the report into {out}: {exc}") from None
     click.echo(f"monthly report {month} ({env.scope.describe()}): {files[0]}")
     click.echo(f"CSV files: {', '.join(f.name for f in files[1:])}")
     echo_warnings(env)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from slurm_gpu.access import Scope
 from slurm_gpu.config import Config
 from slurm_gpu.models import Action, Exemption, GpuActivity, GpuInterval, SlurmJob
 from slurm_gpu.policy.rules import evaluate
@@ -81,13 +82,27 @@ def _activity(
 
 
 def backtest(
-    store: Store, config: Config, since: float, until: float, step: float | None = None
+    store: Store,
+    config: Config,
+    since: float,
+    until: float,
+    step: float | None = None,
+    *,
+    scope: Scope | None = None,
 ) -> BacktestResult:
-    """Replays the job policies over [since, until) every `step` seconds."""
+    """Replays the job policies over [since, until) every `step` seconds.
+
+    scope: only the jobs this caller may see (None: every job); the job policies judge
+    each job on its own, so leaving others out changes no decision about these.
+    """
     step = step or float(config.controller.interval)
     period = max(float(config.store.ship_aggregate), float(config.node.interval))
     control = store.control
-    history = control.jobs_between(since, until)
+    history = [
+        j
+        for j in control.jobs_between(since, until)
+        if scope is None or scope.sees(j.user, j.account)
+    ]
     intervals = {job.job_id: store.intervals(job_id=job.job_id) for job in history}
     exemptions = [
         Exemption(f"{e.kind}:{e.target}", e.policy, e.until, e.reason, e.created_by)

@@ -11,10 +11,12 @@ the test bed's own store into it, so that GPU figures can only come from Postgre
 from __future__ import annotations
 
 import grp
+import json
 import os
 import shutil
 import stat
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from typing import Any
 import pytest
 
 from slurm_gpu.config import load_config
+from slurm_gpu.models import Action, Verdict
 from slurm_gpu.slurm.jobid import JobId, parse_job_id
 from slurm_gpu.store import Store
 from tests.integration.testbed import TestBed, wait_summaries
@@ -69,7 +72,13 @@ def locked(testbed: TestBed) -> Iterator[dict[str, Any]]:
         for job in jobs.values():
             testbed.wait_done(job)
             postgres.add_summaries(wait_summaries(sqlite, job, 1))
-        yield {"base": base, "config": config, "command": base / "bin" / "slurm-gpu", "jobs": jobs}
+        yield {
+            "base": base,
+            "config": config,
+            "command": base / "bin" / "slurm-gpu",
+            "jobs": jobs,
+            "url": url,
+        }
     finally:
         sqlite.dispose()
         postgres.dispose()
@@ -176,3 +185,67 @@ def test_user_environment_runs_no_code_with_the_group(
     assert 0 == done.returncode, done.stderr
     assert {line.split("|")[1] for line in done.stdout.strip().splitlines()[1:]} == {"alice"}
     assert not marker.exists()
+
+
+def test_user_command_shows_alice_the_audit_rows_of_her_jobs(
+    testbed: TestBed, locked: dict[str, Any]
+) -> None:
+    """`audit` through the users' command: why alice's job was acted on, never bob's."""
+    jobs = locked["jobs"]
+    cluster = load_config(locked["config"]).cluster.name
+    with Store(locked["url"], cluster=cluster) as postgres:
+        postgres.control.audit(
+            [
+                Verdict("idle_gpu", Action.WARN, f"job:{job}", "idle", job, user, "")
+                for user, job in jobs.items()
+            ],
+            time=time.time(),
+            cycle="credentials",
+            controller="test",
+            dry_run=True,
+            outcome="recorded",
+        )
+    argv = [str(locked["command"]), "audit", "--json", "-j", f"{jobs['alice']},{jobs['bob']}"]
+    done = as_user(testbed, "alice", *argv)
+    assert 0 == done.returncode, done.stderr
+    rows = json.loads(done.stdout)
+    assert [f"job:{jobs['alice']}"] == sorted({r["Target"] for r in rows})
+    assert {"alice"} == {r["User"] for r in rows}
+
+
+def alices_folder(locked: dict[str, Any], name: str) -> Path:
+    """A folder of alice's own under the fixture's base."""
+    folder: Path = locked["base"] / name
+    folder.mkdir(mode=0o755)
+    os.chown(folder, 1001, 1001)
+    return folder
+
+
+def test_report_files_are_written_without_the_group(
+    testbed: TestBed, locked: dict[str, Any]
+) -> None:
+    """`report monthly --out DIR` as alice: her files, her group, not slurm-gpu's."""
+    out = alices_folder(locked, "monthly")
+    done = as_user(testbed, "alice", str(locked["command"]), "report", "monthly", "--out", str(out))
+    assert 0 == done.returncode, done.stderr
+    written = sorted(out.iterdir())
+    assert written and {(1001, 1001)} == {(p.stat().st_uid, p.stat().st_gid) for p in written}
+
+
+def test_a_symlink_in_the_out_folder_cannot_reach_a_file_of_the_group(
+    testbed: TestBed, locked: dict[str, Any]
+) -> None:
+    """A link in alice's --out folder to a group-writable file: the file stays as it was.
+
+    The command says it cannot write there (exit 1), instead of writing with the group.
+    """
+    target = locked["base"] / "group-writable"
+    target.write_text("the group's\n")
+    os.chown(target, 0, grp.getgrnam("slurm-gpu").gr_gid)
+    target.chmod(0o664)
+    out = alices_folder(locked, "trap")
+    (out / "index.html").symlink_to(target)
+    os.lchown(out / "index.html", 1001, 1001)
+    done = as_user(testbed, "alice", str(locked["command"]), "report", "monthly", "--out", str(out))
+    assert (1, "the group's\n") == (done.returncode, target.read_text()), done.stderr
+    assert "cannot write the report" in done.stderr

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from slurm_gpu.access import Caller, current_caller, resolve_scope
+from dataclasses import dataclass
+
+import pytest
+
+from slurm_gpu.access import (
+    Caller,
+    NotAnAdmin,
+    Scope,
+    current_caller,
+    give_up_group,
+    require_admin,
+    resolve_scope,
+    visible,
+)
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.slurm.client import CliSlurmClient
 from slurm_gpu.slurm.sacctmgr import ADMIN_LEVEL_ARGV, COORDINATOR_ARGV
@@ -80,3 +93,80 @@ def test_slurm_user_is_asked_once_from_scontrol() -> None:
     runner = fake_runner()
     scope = resolve_scope(Caller(64030, "slurm"), slurm(runner))
     assert ("SlurmUser", [["scontrol", "show", "config"]]) == (scope.reason, runner.calls)
+
+
+@dataclass(frozen=True)
+class Row:
+    """A record about a job, as an audit entry is."""
+
+    job_id: int | None
+    user: str
+    account: str
+
+
+def test_visible_keeps_the_callers_and_coordinated_rows() -> None:
+    """carol (coordinator of physics) sees her row and physics', not bio's nor a node's."""
+    scope = resolve_scope(Caller(1003, "carol"), slurm())
+    rows = [Row(1, "carol", "bio"), Row(2, "alice", "physics"), Row(3, "bob", "bio")]
+    assert rows[:2] == visible(scope, [*rows, Row(None, "", "")])
+
+
+def test_visible_asks_the_owner_of_a_row_without_user_once_per_job() -> None:
+    """A row with a job id but no user is judged by the job's owner."""
+    asked: list[int] = []
+
+    def owner(job_id: int) -> tuple[str, str] | None:
+        asked.append(job_id)
+        return {7: ("alice", "physics")}.get(job_id)
+
+    rows = [Row(7, "", ""), Row(7, "", ""), Row(8, "", "")]
+    assert (rows[:2], [7, 8]) == (visible(Scope(Caller(1001, "alice"), False), rows, owner), asked)
+
+
+def test_an_admin_sees_every_row() -> None:
+    """Scope.all: every row, no owner asked."""
+    rows = [Row(None, "", ""), Row(3, "bob", "bio")]
+    assert rows == visible(Scope(Caller(0, "root"), True), rows, lambda _: None)
+
+
+def test_require_admin_refuses_a_user_and_says_who_is_one() -> None:
+    """A user's scope is refused with the command and the rule; an admin's passes."""
+    with pytest.raises(NotAnAdmin, match=r"^exempt: for administrators \(root, the SlurmUser"):
+        require_admin(Scope(Caller(1001, "alice"), False), "exempt")
+    require_admin(Scope(Caller(0, "root"), True), "exempt")
+
+
+def test_give_up_group_sets_real_effective_and_saved_gid_after_opening() -> None:
+    """setgid (egid 990): `first` runs with the group, then all three become the real gid."""
+    calls: list[object] = []
+    dropped = give_up_group(
+        lambda: calls.append("open"),
+        getresgid=lambda: (1001, 990, 990),
+        setresgid=lambda *gids: calls.append(gids),
+    )
+    assert (True, ["open", (1001, 1001, 1001)]) == (dropped, calls)
+
+
+def test_give_up_group_even_when_opening_fails() -> None:
+    """A store that fails to open still leaves the process without the group."""
+    calls: list[object] = []
+
+    def fail() -> None:
+        raise OSError("no store")
+
+    with pytest.raises(OSError, match="no store"):
+        give_up_group(
+            fail, getresgid=lambda: (1001, 990, 990), setresgid=lambda *g: calls.append(g)
+        )
+    assert [(1001, 1001, 1001)] == calls
+
+
+def test_give_up_group_without_a_group_changes_nothing() -> None:
+    """Not setgid (the console script, the controller): `first` is not even needed."""
+    calls: list[object] = []
+    dropped = give_up_group(
+        lambda: calls.append("open"),
+        getresgid=lambda: (0, 0, 0),
+        setresgid=lambda *gids: calls.append(gids),
+    )
+    assert (False, []) == (dropped, calls)
