@@ -105,6 +105,13 @@ def echo_warnings(env: ReportEnv) -> None:
 @click.option("-o", "--format", "fmt", default=None, metavar="FIELDS", help="Fields[%width].")
 @click.option("--gpus", "per_gpu", is_flag=True, help="One row per job and GPU.")
 @click.option("--helpformat", "-e", is_flag=True, help="List the fields and exit.")
+@click.option(
+    "--delimiter",
+    default="|",
+    show_default=True,
+    metavar="CHARACTERS",
+    help="Between fields with -p/-P, as sacct's --delimiter.",
+)
 @output_options
 @pass_app
 def sacct_command(
@@ -121,6 +128,7 @@ def sacct_command(
     fmt: str | None,
     per_gpu: bool,
     helpformat: bool,
+    delimiter: str,
     parsable2: bool,
     parsable: bool,
     noheader: bool,
@@ -137,6 +145,8 @@ def sacct_command(
         click.echo(help_format(job_fields()), nl=False)
         return
     mode = output_mode(parsable2, parsable, as_json, as_csv)
+    if not delimiter or "\n" in delimiter:
+        raise click.BadParameter("one or more characters, no newline", param_hint="--delimiter")
     env = app.report_env
     fields = job_fields(env.config.cost.currency)
     try:
@@ -158,5 +168,5 @@ def sacct_command(
     )
     usage = env.usage(None if job_list else since, None if job_list else until, selection)
     records = gpu_records(usage) if per_gpu else job_records(usage)
-    click.echo(render(columns, records, mode, header=not noheader), nl=False)
+    click.echo(render(columns, records, mode, header=not noheader, delimiter=delimiter), nl=False)
     echo_warnings(env)

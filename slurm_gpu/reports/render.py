@@ -95,8 +95,12 @@ def render(
     mode: OutputMode,
     *,
     header: bool = True,
+    delimiter: str = "|",
 ) -> str:
-    """Write records in one of the output modes; the text ends with a newline (or is "")."""
+    """Write records in one of the output modes; the text ends with a newline (or is "").
+
+    `delimiter` separates -p/-P fields (sacct's --delimiter; its default is "|").
+    """
     if mode == "json":
         return json.dumps([json_record(columns, r) for r in records], indent=2) + "\n"
     rows = [[cell_text(c.field.get(r), c.field.fmt) for c in columns] for r in records]
@@ -110,10 +114,10 @@ def render(
         return out.getvalue()
     lines: list[str] = []
     if mode in ("parsable", "parsable2"):
-        tail = "|" if mode == "parsable" else ""
+        tail = delimiter if mode == "parsable" else ""
         if header:
-            lines.append("|".join(names) + tail)
-        lines.extend("|".join(row) + tail for row in rows)
+            lines.append(delimiter.join(names) + tail)
+        lines.extend(delimiter.join(row) + tail for row in rows)
     else:
         if header:
             lines.append(

@@ -69,7 +69,9 @@ class SacctJob:
 
     Times are POSIX seconds (None when sacct says Unknown/None). `job_id` is JobIDRaw
     (the number the prolog sees, also for array tasks); `job_id_text` is JobID as sacct
-    shows it ("150_3", "273+1").
+    shows it ("150_3", "273+1"). `state` is the state's name ("CANCELLED"), what filters
+    and logic compare; `state_text` is sacct's State as printed ("CANCELLED by 1002":
+    who cancelled, by uid, 0 being root or the controller), what every view shows.
     """
 
     job_id: int
@@ -80,6 +82,7 @@ class SacctJob:
     partition: str
     qos: str
     state: str
+    state_text: str
     submit_time: float | None
     start_time: float | None
     end_time: float | None
@@ -105,7 +108,7 @@ class SacctJob:
             "account": self.account,
             "partition": self.partition,
             "job_name": self.name[:255],
-            "state": self.state,
+            "state": self.state_text[:32],
             "exit_code": self.exit_code,
             "submit_time": self.submit_time,
             "start_time": self.start_time,
@@ -117,6 +120,11 @@ class SacctJob:
 def state_name(text: str) -> str:
     """A job state as `sacct -s` takes it, by its full name: "cd" -> "COMPLETED"."""
     return STATE_CODES.get(text.upper(), text.upper())
+
+
+def state_word(text: str) -> str:
+    """The state's name in sacct's State text: "CANCELLED by 1002" -> "CANCELLED"."""
+    return text.strip().split(" ")[0]
 
 
 def sacct_argv(
@@ -217,7 +225,7 @@ def _job(row: Mapping[str, str], tz: dt.tzinfo | None) -> SacctJob:
     types = tuple((m.group(1), int(m.group(2))) for m in _GPU_MODEL_TRES.finditer(tres))
     node_list = row["NodeList"].strip()
     nodes = () if not node_list or node_list == "None assigned" else expand_hostlist(node_list)
-    state = row["State"].strip().split(" ")[0]  # "CANCELLED by 1001" -> CANCELLED
+    state_text = " ".join(row["State"].split())  # "CANCELLED by 1001", as sacct prints it
     return SacctJob(
         job_id=int(raw),
         job_id_text=row["JobID"].strip(),
@@ -226,7 +234,8 @@ def _job(row: Mapping[str, str], tz: dt.tzinfo | None) -> SacctJob:
         account=row["Account"].strip(),
         partition=row["Partition"].strip(),
         qos=row["QOS"].strip(),
-        state=state,
+        state=state_word(state_text),
+        state_text=state_text,
         submit_time=parse_sacct_time(row["Submit"], tz),
         start_time=parse_sacct_time(row["Start"], tz),
         end_time=parse_sacct_time(row["End"], tz),

@@ -153,3 +153,15 @@ def test_argv() -> None:
 def test_state_name_takes_sacct_short_codes(given: str, expected: str) -> None:
     """`-s cd` means COMPLETED, as for sacct; a full name is only upper-cased."""
     assert expected == state_name(given)
+
+
+def test_state_text_keeps_who_cancelled() -> None:
+    """`CANCELLED by 0`: `state` is the name (filters), `state_text` Slurm's words (views).
+
+    The store keeps Slurm's words too, so a report from the store alone says the same.
+    """
+    jobs = {j.job_id: j for j in parse_sacct((DATA / "sacct-22.05-x1f.txt").read_text(), tz=UTC)}
+    cancelled, completed = jobs[276], jobs[270]
+    assert ("CANCELLED", "CANCELLED by 0") == (cancelled.state, cancelled.state_text)
+    assert ("COMPLETED", "COMPLETED") == (completed.state, completed.state_text)
+    assert "CANCELLED by 0" == cancelled.store_row()["state"]
