@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
+from slurm_gpu.cli.hetjob import het_components, het_header, het_leader
 from slurm_gpu.cli.sacct import echo_warnings
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.reports.jobview import Thresholds, notes, render_job, stale_nodes
 from slurm_gpu.reports.records import is_running, job_records
 from slurm_gpu.reports.runs import with_runs
-from slurm_gpu.reports.status import Freshness
-from slurm_gpu.reports.usage import JobFilter
+from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.usage import JobFilter, Usage
 
 
 @click.command("job")
@@ -32,10 +34,25 @@ def job_command(app: App, job_id: str, as_json: bool) -> None:
     records = job_records(usage)
     if not records:
         raise SlurmGpuError(f"no job {job_id} that you may see")
-    if len(records) > 1:
+    parts = het_components(records) if len(records) > 1 else records
+    if parts is None:  # an array's tasks, say: each is a job of its own
         ids = ", ".join(str(r["job_id_text"]) for r in records)
         raise SlurmGpuError(f"job {job_id} has several parts ({ids}); name one")
-    job = records[0]
+    # A heterogeneous job's components together under its leader id, as sacct -j lists them.
+    shown = [_view(env, usage, job, as_json) for job in parts]
+    if as_json:
+        document = (
+            shown[0] if len(shown) == 1 else {"het_job_id": het_leader(parts), "components": shown}
+        )
+        click.echo(json.dumps(document, indent=2, default=_plain))
+    else:
+        header = f"{het_header(parts)}\n\n" if len(parts) > 1 else ""
+        click.echo(header + "\n".join(str(text) for text in shown), nl=False)
+    echo_warnings(env)
+
+
+def _view(env: ReportEnv, usage: Usage, job: dict[str, Any], as_json: bool) -> dict[str, Any] | str:
+    """One job's (or one het component's) view: its JSON document, or its text."""
     gpus = with_runs(
         usage.gpus[usage.gpus["job_id"] == job["job_id"]].to_dict("records"),
         env.store.job_summaries(int(job["job_id"])),
@@ -46,34 +63,28 @@ def job_command(app: App, job_id: str, as_json: bool) -> None:
             job,
             gpus,
             env.store.activity([int(job["job_id"])]),
-            Freshness(env.now_seconds, env.stale_after, env.interval_lag),
+            env.freshness,
         )
         if is_running(job.get("state"))
         else []
     )
     if as_json:
-        document = {
+        return {
             "job": {k: v for k, v in job.items() if k != "source"},
             "gpus": gpus,
             "stale": stale,
             "notes": notes(job, gpus, limits),
             "currency": env.config.cost.currency,
         }
-        click.echo(json.dumps(document, indent=2, default=_plain))
-    else:
-        memory = {e.device.uuid: e.device.memory_total_bytes for e in env.store.inventory()}
-        click.echo(
-            render_job(
-                job,
-                gpus,
-                memory_total=memory,
-                limits=limits,
-                currency=env.config.cost.currency,
-                stale=stale,
-            ),
-            nl=False,
-        )
-    echo_warnings(env)
+    memory = {e.device.uuid: e.device.memory_total_bytes for e in env.store.inventory()}
+    return render_job(
+        job,
+        gpus,
+        memory_total=memory,
+        limits=limits,
+        currency=env.config.cost.currency,
+        stale=stale,
+    )
 
 
 def _plain(value: object) -> object:

@@ -12,7 +12,7 @@ from slurm_gpu.cli.context import pass_app
 from slurm_gpu.cli.sacct import echo_warnings
 from slurm_gpu.durations import format_duration
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.reports.status import Freshness, build_status, render_status
+from slurm_gpu.reports.status import build_status, render_status
 from slurm_gpu.slurm.scontrol import GpuNode
 from slurm_gpu.slurm.squeue import JobOwner
 from slurm_gpu.store import queries
@@ -47,7 +47,7 @@ def status_command(app: App, as_json: bool) -> None:
         owners,
         env.scope,
         idle_percent=env.config.node.active_threshold_percent,
-        freshness=Freshness(env.now_seconds, env.stale_after, env.interval_lag),
+        freshness=env.freshness,
         activity=env.store.activity(),
     )
     if as_json:

@@ -45,7 +45,8 @@ from slurm_gpu.config import Config
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.errors import SlurmError, StoreError
 from slurm_gpu.metrics.totals import Monotonic, SettledSums
-from slurm_gpu.reports.status import NodeStatus, build_status
+from slurm_gpu.models import GpuActivity
+from slurm_gpu.reports.status import Freshness, NodeStatus, build_status
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store, queries
@@ -176,9 +177,11 @@ class ClusterCollector:
         store_up = True
         intervals: list[dict[str, Any]] = []
         inventory: dict[str, list[str]] = {}
+        activity: list[GpuActivity] = []
         try:
             window = float(self.config.reports.status_window)
             intervals = queries.recent_intervals(self.store, now - window)
+            activity = self.store.activity()
             for entry in self.store.inventory():
                 inventory.setdefault(entry.node, []).append(entry.device.uuid)
             self._read_usage(now)
@@ -195,6 +198,8 @@ class ClusterCollector:
                 owners,
                 EVERYONE,
                 idle_percent=self.config.node.active_threshold_percent,
+                freshness=Freshness.of(self.config, now),  # stale readings are not current
+                activity=activity,
             )
             nodes = tuple(status.nodes)
         running: dict[UserKey, int] = {}

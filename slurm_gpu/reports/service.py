@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from slurm_gpu.access import Caller, Scope, current_caller, resolve_scope
 from slurm_gpu.config import Config
 from slurm_gpu.errors import SlurmError
+from slurm_gpu.reports.status import Freshness
 from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.slurm.runner import CommandRunner
@@ -47,21 +48,9 @@ class ReportEnv:
         return self.now.timestamp()
 
     @property
-    def stale_after(self) -> float:
-        """Seconds after which an agent's newest reading is stale: two [node].interval.
-
-        The agent sends its activity (the controller's input) every interval; a GPU
-        whose newest reading is older than two of them has stopped reporting.
-        """
-        return 2.0 * float(self.config.node.interval)
-
-    @property
-    def interval_lag(self) -> float:
-        """How far behind now a reporting agent's newest stored interval may be.
-
-        Intervals are shipped once per [store] ship_aggregate: that, plus `stale_after`.
-        """
-        return float(self.config.store.ship_aggregate) + self.stale_after
+    def freshness(self) -> Freshness:
+        """When a reading is stale, now (two [node].interval; reports/status.py)."""
+        return Freshness.of(self.config, self.now_seconds)
 
     @property
     def tz(self) -> dt.tzinfo | None:
@@ -114,7 +103,7 @@ class ReportEnv:
             filters=filters,
             cost=self.config.cost,
             figures_only=figures_only,
-            lag=self.interval_lag,
+            lag=self.freshness.interval_lag,
         )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slurm_gpu.access import Scope
+from slurm_gpu.config import Config
 from slurm_gpu.models import GpuActivity
 from slurm_gpu.slurm.scontrol import GpuNode
 from slurm_gpu.slurm.squeue import JobOwner
@@ -73,6 +74,12 @@ class Freshness:
     now: float
     stale_after: float
     interval_lag: float
+
+    @classmethod
+    def of(cls, config: Config, now: float) -> Freshness:
+        """The rule for `config`: two [node].interval; intervals ship_aggregate more."""
+        stale_after = 2.0 * float(config.node.interval)
+        return cls(now, stale_after, float(config.store.ship_aggregate) + stale_after)
 
     def is_fresh(self, interval_end: float | None, activity: float | None) -> bool:
         """Whether a GPU still reports: by its running job's activity, else its intervals."""
