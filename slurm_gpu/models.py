@@ -149,6 +149,8 @@ class Binding:
     account: str = ""
     partition: str = ""
     restart: int = 0
+    het_job_id: int | None = None  # a heterogeneous job's leader (SLURM_HET_JOB_ID)
+    het_job_offset: int | None = None
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ class NodeAgent:
         self._warned_pids: set[tuple[str, int]] = set()
         self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
         self._last_mem: dict[str, int | None] = {}  # uuid: memory in use at its last read
+        self._het: dict[int, int] = {}  # job id: its het job's leader, from the bindings
         # uuid -> where its current unbroken run of readings began (GpuActivity.measured_since)
         self._measured_since: dict[str, float] = {}
         # GPUs that cannot be read, by uuid ("minor:N" for one NVML never showed)
@@ -192,11 +193,13 @@ class NodeAgent:
         Returns `spans` plus the spans adopted from bindings.
         """
         known = {(s.job_id, s.restart, s.slurm_index) for s in spans}
+        bindings = read_bindings(self.node_dir)
+        self._het = {b.job_id: b.het_job_id for b in bindings if b.het_job_id is not None}
         adopted = [
             JobSpan(
                 b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition, b.restart
             )
-            for b in read_bindings(self.node_dir)
+            for b in bindings
             if (b.job_id, b.restart, b.slurm_index) not in known
         ]
         if adopted:
@@ -306,8 +309,15 @@ class NodeAgent:
     def _unallocated(
         self, uuid: str, snap: GpuSnapshot, spans: list[JobSpan], now: float
     ) -> tuple[int, ...]:
-        """Pids on this GPU that belong to no job holding it now (DESIGN: security)."""
+        """Pids on this GPU that belong to no job holding it now (DESIGN: security).
+
+        Every task of a heterogeneous job carries the leader's SLURM_JOB_ID, whatever its
+        component (https://slurm.schedmd.com/heterogeneous_jobs.html, "Environment
+        Variables"): a process that names the leader of the het job a holder is a
+        component of is that component's own, not GPU use outside an allocation.
+        """
         holders = {s.job_id for s in spans if s.end is None or s.end >= now}
+        holders |= {self._het[j] for j in holders if j in self._het}
         jobs = {p.pid: self.pid_job(p.pid) for p in snap.processes or ()}
         strays = tuple(pid for pid, job in jobs.items() if job not in holders)
         for pid in strays:

@@ -121,6 +121,8 @@ def parse_binding(path: Path) -> Binding:
         account=fields.get("account", ""),
         partition=fields.get("partition", ""),
         restart=_int(fields, "restart", where) or 0,
+        het_job_id=_int(fields, "het_job_id", where),
+        het_job_offset=_int(fields, "het_job_offset", where),
     )
 
 

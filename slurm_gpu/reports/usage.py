@@ -102,7 +102,7 @@ def load_usage(
         stored = queries.job_array_in_window(store, since, until, numpy_dtype(read))
     elif numeric or not filters.job_ids:
         stored = queries.job_rows_in_window(
-            store, since, until, numeric, columns=read, ordered=False
+            store, since, until, numeric, columns=read, ordered=False, het_components=True
         )
     else:
         stored = []

@@ -148,16 +148,19 @@ def job_rows_in_window(
     *,
     columns: Sequence[str] = JOB_ROW_COLUMNS,
     ordered: bool = True,
+    het_components: bool = False,
 ) -> list[tuple[Any, ...]]:
     """`jobs_in_window` as plain tuples of `columns` (`JOB_ROW_COLUMNS` or "owner").
 
     Ordered by job id unless `ordered` is false: then in the order the database read
     them, for a caller that sorts them itself (a month read through the end_time index
     comes in end order; reading the tuples in job order afterwards jumps all over memory).
+    With `het_components`, a heterogeneous job's leader id in `job_ids` also selects its
+    other components, as `sacct -j <leader>` does.
     """
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading jobs") as conn:
-        for query in _job_queries(store, since, until, job_ids, columns):
+        for query in _job_queries(store, since, until, job_ids, columns, het_components):
             rows.extend(_tuples(conn, query))
     if ordered:
         at = list(columns).index("job_id")
@@ -183,10 +186,16 @@ def _job_queries(
     until: float | None,
     job_ids: Sequence[int],
     columns: Sequence[str],
+    het_components: bool = False,
 ) -> list[Any]:
     j = jobs.c
     selected = (_column(jobs, jobs.c, name) for name in columns)
     base = sa.select(*selected).where(j.cluster == store.cluster)
+    if job_ids and het_components:
+        return [
+            base.where(sa.or_(j.job_id.in_(chunk), j.het_job_id.in_(chunk)))
+            for chunk in _chunks(job_ids)
+        ]
     if job_ids:
         return [base.where(j.job_id.in_(chunk)) for chunk in _chunks(job_ids)]
     return [_window(base, since, until)]

@@ -386,3 +386,37 @@ def test_requeued_job_on_the_same_gpu_keeps_both_runs(rig: Rig) -> None:
     assert expected == [(s.start, s.end, s.util_mean_percent) for s in summaries]
     events = [json.loads(p) for p in outbox(agent, "event")]
     assert [0, 0, 1, 1] == sorted(e.get("restart", 0) for e in events)
+
+
+def start_het_component(node_dir: Path, job: int, leader: int, offset: int, index: int) -> None:
+    """The prolog of one component of a heterogeneous job (SLURM_HET_JOB_ID/OFFSET set)."""
+    common = {
+        "job_id": str(job),
+        "user": "alice",
+        "het_job_id": str(leader),
+        "het_job_offset": str(offset),
+    }
+    write_hook_file(
+        node_dir / "bindings" / f"{job}.{index}", {**common, "gpu_index": str(index)}, T0
+    )
+    event = {**common, "gpu_indices": str(index)}
+    write_hook_file(node_dir / "events" / f"{job}.started.{job}", event, T0)
+
+
+def test_het_component_process_with_the_leaders_job_id_is_its_own(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Component 31 (leader 30) holds GPU 0; its task says SLURM_JOB_ID=30: not unallocated.
+
+    `srun --het-group=1` tasks carry the leader's job id; the GPU is the component's.
+    A pid of an unrelated job 9 on that GPU is still reported.
+    """
+    agent, clock, gpus, node_dir = rig
+    start_het_component(node_dir, 30, 30, 0, 1)
+    start_het_component(node_dir, 31, 30, 1, 0)
+    gpus.processes["B"] = (GpuProcess(30001, 2**30), GpuProcess(9001, 2**30))  # job: pid // 1000
+    gpus.processes["A"] = (GpuProcess(30002, 2**30),)
+    clock.now += 10
+    result = agent.tick()
+    assert {"B": (9001,)} == result.unallocated
+    assert 1 == sum("unallocated GPU use" in r.getMessage() for r in caplog.records)
