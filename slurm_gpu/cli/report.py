@@ -108,10 +108,11 @@ def report_command(
     (index.html and CSV files); see `slurm-gpu report monthly --help`.
 
     Jobs, GPU-hours, GPU-memory-hours (GiB-hours), utilization weighted by GPU-hours,
-    idle GPU-hours and their share, energy, cost, queue wait (mean, p95), and the top
-    users by idle GPU-hours. The period defaults to the month so far; usage is counted
-    inside the period only. You see only the jobs you may see (your own, your
-    coordinated accounts', or all for admins).
+    idle GPU-hours (measured, below the active threshold) and their share, missing
+    GPU-hours (held with no readings: never idle) and their share, energy, cost, queue
+    wait (mean, p95), and the top users by idle GPU-hours. The period defaults to the
+    month so far; usage is counted inside the period only. You see only the jobs you may
+    see (your own, your coordinated accounts', or all for admins).
     """
     mode = output_mode(parsable2, parsable, as_json, as_csv)
     env = app.report_env
