@@ -307,6 +307,14 @@ def live(testbed: TestBed, prometheus: Prometheus) -> Iterator[Prometheus]:
             store.dispose()
         selector = f'slurm_gpu_utilization_percent{{job_id="{job}"}}'
         wait_until(f"series of job {job}", lambda: prometheus.query(selector)["data"]["result"], 60)
+        # The agent's series come first; the exporter sees the job only at its next refresh
+        # of squeue (it caches a snapshot), and the tests read its running-jobs series too.
+        running = 'slurm_gpu_running_jobs{user="alice"}'
+        wait_until(
+            "the exporter's running jobs of alice",
+            lambda: prometheus.query(running)["data"]["result"],
+            60,
+        )
         wait_until(
             "two samples of the exporter's counters",
             lambda: prometheus.query("count_over_time(slurm_gpu_store_up[1m]) >= 3")["data"][
