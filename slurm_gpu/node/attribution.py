@@ -7,6 +7,10 @@ diluted by the idle seconds before it started. A point-in-time reading (memory i
 power draw) was taken at w1, so it belongs to the piece that ends at w1 only: a job whose
 span ended earlier in the window never gets the memory of the job that followed it on the
 GPU (issue #11). Its GPU-memory-seconds carry the job's own newest reading forward instead.
+The energy the GPU's counter grew by over the window is shared by what each piece drew, not
+by its length alone: a GPU's power is close to affine in its utilization (idle power plus a
+part per percent), so the window's energy and the power read at w1 give both terms, and a
+busy job next to idle time gets its own share (`energy_shares`).
 Pure functions; no I/O.
 """
 
@@ -116,15 +120,16 @@ def split_window(
         spans: the jobs that held this GPU at any time in the window.
         period: shipping period in seconds (pieces never straddle its boundaries).
         active_threshold: a sample at or above this percent is active (`is_active`).
-        energy_delta: joules the GPU used over the window, shared by piece length.
+        energy_delta: joules the GPU used over the window, shared by `energy_shares`.
         previous_mem_bytes: memory in use at the previous read (at w0), if known.
     """
     if w1 <= w0:
         return []
     points = cut_points(w0, w1, spans, period)
+    energies = energy_shares(w0, w1, points, snapshot, energy_delta)
     pieces: list[Piece] = []
     w0_owner = next((s for s in spans if s.start <= w0 and (s.end is None or s.end > w0)), None)
-    for a, b in itertools.pairwise(points):
+    for (a, b), energy in zip(itertools.pairwise(points), energies, strict=True):
         owner = next((s for s in spans if s.covers(a, b)), None)
         values = [s.util_percent for s in snapshot.samples if a < s.time <= b]
         holds_read = b == w1
@@ -148,8 +153,52 @@ def split_window(
                 active_count=sum(1 for v in values if is_active(v, active_threshold)),
                 mem_used_bytes=snapshot.mem_used_bytes if holds_read else None,
                 power_watts=snapshot.power_watts if holds_read else None,
-                energy_joules=None if energy_delta is None else energy_delta * (b - a) / (w1 - w0),
+                energy_joules=energy,
                 mem_estimate_bytes=estimate,
             )
         )
     return pieces
+
+
+def energy_shares(
+    w0: float,
+    w1: float,
+    points: list[float],
+    snapshot: GpuSnapshot,
+    energy_delta: float | None,
+) -> list[float | None]:
+    """The window's energy split over the pieces between `points`, as each drew it.
+
+    With power P = P_idle + k * util (close to what GPUs draw; exact for the test bed's
+    simulated GPUs), the window's energy E = P_idle * T + k * U (U: the integral of the
+    utilization samples) and the power read at w1, P1 = P_idle + k * u1 (u1: the newest
+    sample), give P_idle and k; a piece then drew P_idle * length + k * its own U. When
+    they cannot be told apart (uniform load, no power or samples, a fit below zero), the
+    energy is shared by length. The shares always add up to E.
+    """
+    bounds = list(itertools.pairwise(points))
+    if energy_delta is None:
+        return [None] * len(bounds)
+    length = w1 - w0
+    by_length: list[float | None] = [energy_delta * (b - a) / length for a, b in bounds]
+    samples = [s for s in snapshot.samples if w0 < s.time <= w1]
+    if snapshot.power_watts is None or not samples:
+        return by_length
+    mean = sum(s.util_percent for s in samples) / len(samples)
+    integrals = []
+    for a, b in bounds:
+        mine = [s.util_percent for s in samples if a < s.time <= b]
+        integrals.append((b - a) * (sum(mine) / len(mine) if mine else mean))
+    total = sum(integrals)
+    newest = max(samples, key=lambda s: s.time).util_percent
+    spread = total - newest * length  # 0 when the load was uniform: nothing to tell apart
+    if abs(spread) < 1e-6 * length:
+        return by_length
+    per_percent = (energy_delta - snapshot.power_watts * length) / spread
+    idle = snapshot.power_watts - per_percent * newest
+    if per_percent < 0 or idle < 0:
+        return by_length
+    shares: list[float | None] = [
+        idle * (b - a) + per_percent * u for (a, b), u in zip(bounds, integrals, strict=True)
+    ]
+    return shares
