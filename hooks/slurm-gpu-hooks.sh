@@ -168,9 +168,11 @@ cluster=$cluster
 "; fi
     if [ -n "$SLURM_HET_JOB_OFFSET" ]; then digits "$SLURM_HET_JOB_OFFSET"; body="${body}het_job_offset=$r
 "; fi
-    # Which run of the job this is: a requeued job runs again under its id, and slurmd
-    # counts its runs (0 or unset for the first).
-    if [ -n "$SLURM_RESTART_COUNT" ]; then digits "$SLURM_RESTART_COUNT"; body="${body}restart=$r
+    # Which run of the job this is: a requeued job runs again under its id, and Slurm
+    # counts its runs (0 or unset for the first). Not every slurmd sets it for the prolog;
+    # the agent then tells the runs apart itself.
+    restart=${SLURM_RESTART_COUNT:-$SLURM_JOB_RESTART_COUNT}
+    if [ -n "$restart" ]; then digits "$restart"; body="${body}restart=$r
 "; fi
 }
 

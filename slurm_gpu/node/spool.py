@@ -24,10 +24,11 @@ is refused untouched. Every statement names its columns, so a column added by a 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -421,7 +422,14 @@ class Spool:
 
     @staticmethod
     def apply_event(db: sqlite3.Connection, event: JobEvent) -> None:
-        """Records an event: queues it for the store and opens or closes its spans."""
+        """Records an event: queues it for the store and opens or closes its spans.
+
+        The run (`restart`) is the hooks' SLURM_RESTART_COUNT where slurmd gives it. Where
+        it does not (Slurm's prolog environment lacks it on some releases), a prolog after
+        an epilog of the same job on this node starts the next run; an epilog ends the
+        job's open run. So a requeued job's second run never merges into its first.
+        """
+        event = replace(event, restart=Spool._run_of(db, event))
         db.execute(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('event', ?, ?)",
             (event.key, encode(asdict(event))),
@@ -442,17 +450,32 @@ class Spool:
                     ),
                 )
         else:
-            ended = db.execute(
+            db.execute(
                 "UPDATE spans SET end = ? WHERE job_id = ? AND restart = ? AND end IS NULL",
                 (event.time, event.job_id, event.restart),
             )
-            if not ended.rowcount:
-                # A run started under hooks that did not write its restart count (an
-                # upgrade while it ran): its spans are the job's open ones.
-                db.execute(
-                    "UPDATE spans SET end = ? WHERE job_id = ? AND end IS NULL",
-                    (event.time, event.job_id),
-                )
+
+    @staticmethod
+    def _run_of(db: sqlite3.Connection, event: JobEvent) -> int:
+        """The run an event belongs to: the hooks' count, or what this node saw of the job."""
+        if event.kind is JobEventKind.ENDED:
+            open_run = db.execute(
+                "SELECT max(restart) FROM spans WHERE job_id = ? AND end IS NULL", (event.job_id,)
+            ).fetchone()[0]
+            return max(event.restart, open_run) if open_run is not None else event.restart
+        ended = db.execute(
+            "SELECT max(restart) FROM spans WHERE job_id = ? AND end IS NOT NULL AND end <= ?",
+            (event.job_id, event.time),
+        ).fetchone()[0]
+        restart = max(event.restart, ended + 1) if ended is not None else event.restart
+        # A started event of an earlier run still waiting in the outbox (the store was
+        # down while that run was summarized): this prolog is a later run's.
+        while True:
+            key = replace(event, restart=restart).key
+            found = db.execute("SELECT payload FROM outbox WHERE key = ?", (key,)).fetchone()
+            if found is None or json.loads(found[0]).get("time") == event.time:
+                return restart
+            restart += 1
 
     @staticmethod
     def add_span(db: sqlite3.Connection, span: JobSpan) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_gpu.models import (
@@ -214,6 +214,44 @@ def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
         else:
             row["state"] = "COMPLETED" if row["exit_code"] in (0, None) else "FAILED"
     return row
+
+
+def assign_runs(
+    stored: Sequence[tuple[int, str, float, int]], events: Sequence[JobEvent]
+) -> list[JobEvent]:
+    """`events` with the run (`restart`) each belongs to, from what the store holds.
+
+    The hooks give Slurm's restart count where slurmd sets it, and a node's agent counts
+    the runs it saw; a requeued job's next run on another node is told apart here: a
+    prolog after an epilog of the same job (any node: Slurm starts a requeued job only
+    once its epilogs are done) starts the next run, and an epilog belongs to the newest
+    run started before it. A count the event already carries is never lowered, and
+    re-sent events get the run they got the first time.
+
+    Args:
+        stored: the stored events of the same jobs as (job_id, kind, time, restart).
+        events: new events, in any order.
+
+    Returns:
+        The events in time order, each with its run.
+    """
+    known: dict[int, list[tuple[str, float, int]]] = {}
+    for job_id, kind, time, restart in stored:
+        known.setdefault(job_id, []).append((kind, time, restart))
+    out = []
+    order = {JobEventKind.STARTED: 0, JobEventKind.ENDED: 1}
+    for event in sorted(events, key=lambda e: (e.time, order[e.kind])):
+        seen = known.setdefault(event.job_id, [])
+        if event.kind is JobEventKind.STARTED:
+            before = [r for k, t, r in seen if k == JobEventKind.ENDED.value and t <= event.time]
+            inferred = max(before) + 1 if before else 0
+        else:
+            before = [r for k, t, r in seen if k == JobEventKind.STARTED.value and t <= event.time]
+            inferred = max(before) if before else 0
+        event = dataclasses.replace(event, restart=max(event.restart, inferred))
+        seen.append((event.kind.value, event.time, event.restart))
+        out.append(event)
+    return out
 
 
 def merge_fields(existing: Mapping[str, Any] | None, update: Mapping[str, Any]) -> Row:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -397,6 +397,13 @@ class Store:
             return 0
         cluster = self.cluster
         with self.writing(f"adding {len(events)} job events") as conn:
+            e_ = job_events.c
+            stored = conn.execute(
+                sa.select(e_.job_id, e_.kind, e_.time, e_.restart).where(
+                    e_.cluster == cluster, e_.job_id.in_(sorted({e.job_id for e in events}))
+                )
+            ).all()
+            events = convert.assign_runs([tuple(r) for r in stored], events)
             new = self._insert_ignore(
                 conn,
                 job_events,
@@ -530,6 +537,21 @@ class Store:
         key = ("job_id", "node", "gpu_uuid", "restart")
         update = [n for n in convert.SUMMARY_FIELDS if n not in key]
         with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
+            # A summary's run is that of the job's GPU rows on its node that started with
+            # it (the store told the runs apart where the node's agent could not).
+            g = job_gpus.c
+            runs = {
+                (job_id, node, start): restart
+                for job_id, node, start, restart in conn.execute(
+                    sa.select(g.job_id, g.node, g.start, g.restart).where(
+                        g.cluster == self.cluster, g.job_id.in_(sorted({r.job_id for r in rows}))
+                    )
+                ).all()
+            }
+            rows = [
+                replace(r, restart=max(r.restart, runs.get((r.job_id, r.node, r.start), 0)))
+                for r in rows
+            ]
             conn.execute(
                 upsert(self.dialect, job_gpu_summaries, update),
                 [convert.summary_to_row(r, self.cluster) for r in rows],

@@ -7,6 +7,8 @@ shows the newest run, as `sacct` does, and says how many GPUs the job held at on
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import sqlalchemy as sa
 
 from slurm_gpu.models import JobEvent, JobEventKind, JobGpuSummary
@@ -115,3 +117,28 @@ def test_rows_written_before_runs_were_counted_are_run_0(store: Store) -> None:
     (row,) = store.job_gpus(78)
     assert (0, T0, T0 + 50) == (row["restart"], row["start"], row["end"])
     assert "gpu1:78:ended" == first.key
+
+
+def test_runs_are_told_apart_when_the_hooks_do_not_count_them(store: Store) -> None:
+    """No restart count from slurmd: run 1 on gpu2 after run 0's epilog on gpu1 is run 1.
+
+    Its summary, sent by gpu2's agent as run 0, is stored as run 1; sending again
+    changes nothing.
+    """
+    events = [
+        event(JobEventKind.STARTED, T0, 0, 0),
+        event(JobEventKind.ENDED, T0 + 100, 0, 0),
+        event(JobEventKind.STARTED, T0 + 160, 0, 1, node="gpu2"),
+        event(JobEventKind.ENDED, T0 + 360, 0, 1, node="gpu2"),
+    ]
+    store.add_events(events[:2])
+    store.add_events(events[2:])
+    later = replace(summary(0, T0 + 160, T0 + 360), node="gpu2")
+    store.add_summaries([summary(0, T0, T0 + 100), later])
+    assert 0 == store.add_events(events)
+    store.add_summaries([later])
+    rows = [(g["restart"], g["node"], g["start"], g["end"]) for g in store.job_gpus(77)]
+    assert [(0, "gpu1", T0, T0 + 100), (1, "gpu2", T0 + 160, T0 + 360)] == rows
+    assert [(0, "gpu1"), (1, "gpu2")] == [(s.restart, s.node) for s in store.job_summaries(77)]
+    job = store.job(77)
+    assert job is not None and (1, T0 + 160) == (job["gpus"], job["start_time"])

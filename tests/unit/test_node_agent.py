@@ -420,3 +420,25 @@ def test_het_component_process_with_the_leaders_job_id_is_its_own(
     result = agent.tick()
     assert {"B": (9001,)} == result.unallocated
     assert 1 == sum("unallocated GPU use" in r.getMessage() for r in caplog.records)
+
+
+def test_requeued_job_without_a_restart_count_is_two_runs(rig: Rig) -> None:
+    """slurmd gave no SLURM_RESTART_COUNT: a prolog after the job's epilog is run 1.
+
+    Both runs on GPU 0, the second starting 3 s after the first ended.
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 80.0 if t <= T0 + 45 else 20.0
+    agent.tick()
+    start_run(node_dir, 23, 0, 0, T0 + 5)
+    run_until(agent, clock, T0 + 40)
+    end_run(node_dir, 23, 0, T0 + 45)
+    start_job(node_dir, 23, [0], T0 + 48)
+    run_until(agent, clock, T0 + 100)
+    end_job(node_dir, 23, T0 + 105)
+    run_until(agent, clock, T0 + 120)
+    summaries = sorted((decode_summary(p) for p in outbox(agent, "summary")), key=lambda s: s.start)
+    expected = [(0, T0 + 5, 80.0), (1, T0 + 48, 20.0)]
+    assert expected == [(s.restart, s.start, s.util_mean_percent) for s in summaries]
+    keys = sorted(k for _, kind, k, _ in agent.spool.pending(10**6) if kind == "event")
+    assert ["gpu1:23:ended", "gpu1:23:ended:1", "gpu1:23:started", "gpu1:23:started:1"] == keys
