@@ -11,11 +11,28 @@ import click
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
 from slurm_gpu.durations import parse_duration
+from slurm_gpu.errors import SlurmError
 
 
 def _caller() -> str:
     """The name of the real uid running the command (kept with the exemption)."""
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _owner(app: App, job_id: int) -> tuple[str, str]:
+    """The job's user and account, for its audit row (so its owner finds the exemption).
+
+    From the store, else from squeue (a job that started seconds ago may not have reached
+    the store yet); ("", "") when neither knows it.
+    """
+    known = app.store.job(job_id) or {}
+    if known.get("user"):
+        return str(known["user"]), str(known.get("account") or "")
+    try:
+        queued = [j for j in app.slurm.jobs() if job_id in (j.job_id, j.array_job_id)]
+    except SlurmError:
+        return "", ""
+    return (queued[0].user, queued[0].account) if queued else ("", "")
 
 
 @click.command("exempt")
@@ -47,9 +64,7 @@ def exempt_cmd(
     if seconds <= 0:
         raise click.BadParameter("must be longer than 0s", param_hint="--for")
     now = time.time()
-    # The job's owner, as the store knows it, goes into the audit row, so that the
-    # exemption shows among the job's rows.
-    known = app.store.job(int(target)) if kind == "job" else None
+    user, account = _owner(app, int(target)) if kind == "job" else ("", "")
     exemption_id = app.control.add_exemption(
         kind,
         str(target),
@@ -58,8 +73,8 @@ def exempt_cmd(
         _caller(),
         now,
         policy=policy,
-        user=str((known or {}).get("user") or ""),
-        account=str((known or {}).get("account") or ""),
+        user=user,
+        account=account,
     )
     until = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(now + seconds))
     click.echo(
