@@ -56,39 +56,30 @@ def half_idle(testbed: TestBed, seconds: int = 300) -> str:
 
 @pytest.fixture(scope="module")
 def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str, Any]]:
-    """Two controllers; an idle 2-GPU job among busy, half-idle, exempt and memory-only ones.
+    """Two controllers; an idle 2-GPU job among half-idle, exempt and memory-only ones.
 
-    The exempt job's exemption lasts an hour; the busy job's one, 10 s (it expires).
+    The exempt job's exemption lasts an hour; the memory-only job's one, 10 s (it expires).
+    Seven of the bed's eight GPUs, on whichever nodes are free (a test bed may hold
+    other jobs).
     """
     with smtp_receiver() as (port, inbox), webhook_receiver() as (url, hooks):
         config = write_config(testbed, "idle", smtp_port=port, webhook_url=url)
         start = time.time()
         jobs = {
-            "idle": testbed.submit("alice", "--gres=gpu:2", "-w", "gpu1", wrap=idle(testbed)),
-            "busy": testbed.submit(
-                "bob",
-                "--gres=gpu:1",
-                "-w",
-                "gpu1",
-                wrap=testbed.gpu_load("--util", "60", "--seconds", "300"),
-            ),
+            "idle": testbed.submit("alice", "--gres=gpu:2", wrap=idle(testbed)),
             "memory": testbed.submit(
                 "carol",
                 "-A",
                 "physics",
                 "--gres=gpu:1",
-                "-w",
-                "gpu1",
                 wrap=testbed.gpu_load(
                     "--pattern", "memory-only", "--mem", "4096", "--seconds", "300"
                 ),
             ),
-            "debug": testbed.submit(
-                "alice", "-p", "debug", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)
-            ),
-            "exempt": testbed.submit("bob", "--gres=gpu:1", "-w", "gpu2", wrap=idle(testbed)),
+            "debug": testbed.submit("alice", "-p", "debug", "--gres=gpu:1", wrap=idle(testbed)),
+            "exempt": testbed.submit("bob", "--gres=gpu:1", wrap=idle(testbed)),
             "half": testbed.submit(
-                "carol", "-A", "physics", "--gres=gpu:2", "-w", "gpu2", wrap=half_idle(testbed)
+                "carol", "-A", "physics", "--gres=gpu:2", wrap=half_idle(testbed)
             ),
         }
         try:
@@ -105,7 +96,7 @@ def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str,
                 "benchmark that loads data first",
             )
             slurm_gpu(
-                testbed, config, "exempt", str(jobs["busy"]), "--for", "10s", "--reason", "short"
+                testbed, config, "exempt", str(jobs["memory"]), "--for", "10s", "--reason", "short"
             )
             with controllers(testbed, config, count=2):
                 state = testbed.wait_state(jobs["idle"], {"CANCELLED"}, timeout=150)
@@ -151,20 +142,19 @@ def test_two_controllers_cancel_once(idle_scenario: dict[str, Any], control: Con
 
 
 def test_other_jobs_are_untouched(idle_scenario: dict[str, Any], control: ControlStore) -> None:
-    """Busy, exempt-partition, exempted and memory-only jobs keep running, unwarned.
+    """Exempt-partition, exempted and memory-only jobs keep running, unwarned.
 
-    The half-idle job runs on with a notice only.
+    The half-idle job (one GPU busy) runs on with a notice only.
     """
     jobs = idle_scenario["jobs"]
     states = idle_scenario["states"]
-    assert {n: states[n] for n in ("busy", "memory", "debug", "exempt", "half")} == {
-        "busy": "RUNNING",
+    assert {n: states[n] for n in ("memory", "debug", "exempt", "half")} == {
         "memory": "RUNNING",
         "debug": "RUNNING",
         "exempt": "RUNNING",
         "half": "RUNNING",
     }
-    for name in ("busy", "memory", "debug", "exempt"):
+    for name in ("memory", "debug", "exempt"):
         assert actions_of(control, jobs[name]) == [], name
     assert actions_of(control, jobs["half"]) == ["notice"]
 
@@ -175,7 +165,7 @@ def test_exemptions_are_in_the_audit_of_their_jobs(
     """`audit -j` shows each exemption granted, relied on (the idle job) and ended."""
     jobs = idle_scenario["jobs"]
     assert exemption_actions_of(control, jobs["exempt"]) == ["exempt", "skip"]
-    assert exemption_actions_of(control, jobs["busy"]) == ["exempt", "expire"]
+    assert exemption_actions_of(control, jobs["memory"]) == ["exempt", "expire"]
     out = slurm_gpu(testbed, idle_scenario["config"], "audit", "-j", str(jobs["exempt"]), "-P")
     rows = [line.split("|") for line in out.strip().splitlines()[1:]]
     assert [(r[2], r[3], r[5]) for r in rows] == [
@@ -273,7 +263,7 @@ def runtime_scenario(
         )
         busy = testbed.gpu_load("--util", "60", "--seconds", "300")
         jobs = {
-            "long": testbed.submit("bob", "--gres=gpu:1", "-w", "gpu1", wrap=busy),
+            "long": testbed.submit("bob", "--gres=gpu:1", wrap=busy),
             "memory": testbed.submit(
                 "carol",
                 "-A",
@@ -292,7 +282,7 @@ def runtime_scenario(
             for job in jobs.values():
                 testbed.wait_state(job, {"RUNNING"})
             time.sleep(6)  # a cycle later: its warning comes right after the first one's
-            jobs["long2"] = testbed.submit("bob", "--gres=gpu:1", "-w", "gpu1", wrap=busy)
+            jobs["long2"] = testbed.submit("bob", "--gres=gpu:1", wrap=busy)
             testbed.wait_state(jobs["long2"], {"RUNNING"})
             with controllers(testbed, config):
                 for name in ("long", "memory", "long2"):
@@ -355,7 +345,7 @@ def dry_run_scenario(
     """The idle scenario's idle job again, under a dry-run controller."""
     with smtp_receiver() as (port, inbox):
         config = write_config(testbed, "dry", enforce="false", smtp_port=port)
-        job = testbed.submit("alice", "--gres=gpu:2", "-w", "gpu1", wrap=idle(testbed))
+        job = testbed.submit("alice", "--gres=gpu:2", wrap=idle(testbed))
         try:
             testbed.wait_state(job, {"RUNNING"})
             with controllers(testbed, config):
