@@ -102,6 +102,8 @@ def idle_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str,
                 state = testbed.wait_state(jobs["idle"], {"CANCELLED"}, timeout=150)
                 time.sleep(10)  # two more cycles: nothing else may be touched
                 states = {name: testbed.job_state(job) for name, job in jobs.items()}
+            # Free the GPUs for the next scenarios; what the tests read is recorded.
+            testbed.run("scancel", *map(str, jobs.values()), check=False)
             end = time.time()
             yield {
                 "jobs": jobs,
