@@ -347,7 +347,8 @@ def dry_run_scenario(
     """The idle scenario's idle job again, under a dry-run controller."""
     with smtp_receiver() as (port, inbox):
         config = write_config(testbed, "dry", enforce="false", smtp_port=port)
-        job = testbed.submit("alice", "--gres=gpu:2", wrap=idle(testbed))
+        # On gpu1: gpu2's agent was just restarted by the runtime scenario.
+        job = testbed.submit("alice", "--gres=gpu:2", "-w", "gpu1", wrap=idle(testbed))
         try:
             testbed.wait_state(job, {"RUNNING"})
             with controllers(testbed, config):
