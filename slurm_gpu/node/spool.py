@@ -459,10 +459,13 @@ class Spool:
     def _run_of(db: sqlite3.Connection, event: JobEvent) -> int:
         """The run an event belongs to: the hooks' count, or what this node saw of the job."""
         if event.kind is JobEventKind.ENDED:
+            # An epilog ends the run open on this node, whatever count it carries: Slurm
+            # counts a requeue before the requeued run's epilog runs (22.05: that epilog
+            # has SLURM_JOB_RESTART_COUNT=1 for run 0), so its count names the next run.
             open_run = db.execute(
                 "SELECT max(restart) FROM spans WHERE job_id = ? AND end IS NULL", (event.job_id,)
             ).fetchone()[0]
-            return max(event.restart, open_run) if open_run is not None else event.restart
+            return int(open_run) if open_run is not None else event.restart
         ended = db.execute(
             "SELECT max(restart) FROM spans WHERE job_id = ? AND end IS NOT NULL AND end <= ?",
             (event.job_id, event.time),

@@ -388,6 +388,31 @@ def test_requeued_job_on_the_same_gpu_keeps_both_runs(rig: Rig) -> None:
     assert [0, 0, 1, 1] == sorted(e.get("restart", 0) for e in events)
 
 
+def test_requeued_runs_epilog_with_the_bumped_restart_count_ends_its_own_run(rig: Rig) -> None:
+    """Slurm counts the requeue before the requeued run's epilog: that epilog says 1.
+
+    Seen on Slurm 22.05: run 0's prolog has no count, its epilog SLURM_JOB_RESTART_COUNT=1,
+    and run 1's prolog and epilog 1. The epilog ends the run open on the node (run 0), so
+    both runs are summarized with their own times and nothing is left open.
+    """
+    agent, clock, gpus, node_dir = rig
+    gpus.util["B"] = lambda t: 80.0 if t <= T0 + 45 else 20.0
+    agent.tick()
+    start_run(node_dir, 24, 0, 0, T0 + 5)
+    run_until(agent, clock, T0 + 40)
+    for p in (node_dir / "bindings").glob("24.*"):
+        p.unlink()
+    run0_end = {"job_id": "24", "exit_code": "0", "restart": "1"}
+    write_hook_file(node_dir / "events" / "24.ended.301", run0_end, T0 + 45)
+    start_run(node_dir, 24, 0, 1, T0 + 48)
+    run_until(agent, clock, T0 + 100)
+    end_run(node_dir, 24, 1, T0 + 105)
+    run_until(agent, clock, T0 + 120)
+    summaries = sorted((decode_summary(p) for p in outbox(agent, "summary")), key=lambda s: s.start)
+    expected = [(0, T0 + 5, T0 + 45, 80.0), (1, T0 + 48, T0 + 105, 20.0)]
+    assert expected == [(s.restart, s.start, s.end, s.util_mean_percent) for s in summaries]
+
+
 def start_het_component(node_dir: Path, job: int, leader: int, offset: int, index: int) -> None:
     """The prolog of one component of a heterogeneous job (SLURM_HET_JOB_ID/OFFSET set)."""
     common = {
