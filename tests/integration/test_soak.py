@@ -37,8 +37,9 @@ def test_short_soak_loses_nothing_and_wrongs_nobody(testbed: TestBed) -> None:
         "duplicate readings",
         "jobs wrongly cancelled (busy by ground truth)",
         "cancellations not in the audit log",
-        "nodes drained",
+        "nodes drained wrongly",
     ]
     assert {k: counters.get(k) for k in zero} == dict.fromkeys(zero, "0"), report
+    assert "1" == counters.get("lost GPU drained its node (expected 1)"), report
     assert int(counters["jobs that ran on GPUs"]) >= 10, report
     assert done.stdout.strip().splitlines()[-1].endswith(" ok"), report
