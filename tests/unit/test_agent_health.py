@@ -14,39 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from slurm_gpu.models import GpuDevice, LostGpu
+from slurm_gpu.models import LostGpu
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.outbox import decode_activity, decode_inventory
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.store import Store
-from slurm_gpu.testing import FakeGpuSource, FixedClock
-from tests.unit.test_node_agent import DEVICES, GRES, run_until, start_job, stat_by_minor
+from tests.unit.test_node_agent import DEVICES, Rig, make_agent, run_until, start_job
 
 T0 = 1_800_000_000.0
-
-Rig = tuple[NodeAgent, FixedClock, FakeGpuSource, Path]
-
-
-def make_agent(
-    tmp_path: Path, devices: list[GpuDevice] = DEVICES, clock: FixedClock | None = None
-) -> Rig:
-    clock = clock or FixedClock(T0)
-    gpus = FakeGpuSource(devices, clock)
-    node_dir = tmp_path / "gpu1"
-    agent = NodeAgent(
-        "gpu1",
-        node_dir,
-        gpus,
-        Spool(tmp_path / "spool.db"),
-        GRES,
-        interval=10,
-        period=60,
-        clock=clock,
-        pid_job=lambda pid: pid // 1000,
-        stat=stat_by_minor,
-    )
-    return agent, clock, gpus, node_dir
 
 
 @pytest.fixture

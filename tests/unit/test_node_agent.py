@@ -73,10 +73,12 @@ GRES = [GresGpuFile(0, "/dev/nvidia0", "a100"), GresGpuFile(1, "/dev/nvidia1", "
 Rig = tuple[NodeAgent, FixedClock, FakeGpuSource, Path]  # the agent, its clock, GPUs, node dir
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Rig:
-    clock = FixedClock(T0)
-    gpus = FakeGpuSource(DEVICES, clock)
+def make_agent(
+    tmp_path: Path, devices: list[GpuDevice] = DEVICES, clock: FixedClock | None = None
+) -> Rig:
+    """An agent for node gpu1 over fake GPUs, a spool in tmp_path and an injected clock."""
+    clock = clock or FixedClock(T0)
+    gpus = FakeGpuSource(devices, clock)
     node_dir = tmp_path / "gpu1"
     agent = NodeAgent(
         "gpu1",
@@ -91,6 +93,11 @@ def rig(tmp_path: Path) -> Rig:
         stat=stat_by_minor,
     )
     return agent, clock, gpus, node_dir
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Rig:
+    return make_agent(tmp_path)
 
 
 def run_until(agent: NodeAgent, clock: FixedClock, until: float, step: float = 10) -> None:
