@@ -20,6 +20,7 @@ class GpuDevice:
     nvml_index: int
     pci_bus_id: str
     memory_total_bytes: int | None
+    gpm_supported: bool = False  # NVML GPM (Hopper and newer): SM activity and the rest
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,13 @@ class GpuInterval:
     temperature_max_celsius: float | None
     ecc_errors_total: int | None
     unallocated_pids: tuple[int, ...] = ()
+    # NVML GPM (Hopper+), time-weighted over `gpm_seconds` of this row; None and 0 where
+    # the GPU has no GPM (Ampere and older answer NOT_SUPPORTED): unknown, never 0%.
+    gpm_seconds: float = 0.0
+    sm_active_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_UTIL
+    sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
+    tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
 
 
 class JobEventKind(StrEnum):
@@ -124,6 +132,13 @@ class JobGpuSummary:
     account: str = ""
     partition: str = ""
     restart: int = 0
+    # NVML GPM (Hopper+), time-weighted over `gpm_seconds` of this row; None and 0 where
+    # the GPU has no GPM (Ampere and older answer NOT_SUPPORTED): unknown, never 0%.
+    gpm_seconds: float = 0.0
+    sm_active_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_UTIL
+    sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
+    tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
 
     @property
     def key(self) -> str:
@@ -211,6 +226,10 @@ class GpuActivity:
     mem_used_bytes: int | None
     process_count: int | None
     measured_since: float | None = None
+    # GPM (Hopper+): mean SM activity of the newest GPM window, and the end of the newest
+    # window at or above `[node] sm_active_threshold_percent`. None: not measured here.
+    sm_active_recent_percent: float | None = None
+    last_sm_active: float | None = None
 
 
 @dataclass(frozen=True)

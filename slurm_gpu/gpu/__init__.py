@@ -20,11 +20,41 @@ class UtilSample:
 
 
 @dataclass(frozen=True)
+class GpmMetrics:
+    """NVML GPM metrics between two GPM samples of one GPU (`nvmlGpmMetricsGet`).
+
+    Each figure is the time-weighted mean over (start, end], the span between the two
+    samples' timestamps; None where the GPU did not measure it. Percentages are 0-100.
+    """
+
+    start: float
+    end: float
+    sm_active_percent: float | None = None  # NVML_GPM_METRIC_SM_UTIL
+    sm_occupancy_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
+    tensor_active_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    dram_bw_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    fp64_active_percent: float | None = None  # NVML_GPM_METRIC_FP64_UTIL
+    fp32_active_percent: float | None = None  # NVML_GPM_METRIC_FP32_UTIL
+    fp16_active_percent: float | None = None  # NVML_GPM_METRIC_FP16_UTIL
+    pcie_tx_mib_per_s: float | None = None  # NVML_GPM_METRIC_PCIE_TX_PER_SEC
+    pcie_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_PCIE_RX_PER_SEC
+    nvlink_tx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
+    nvlink_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+
+    @property
+    def seconds(self) -> float:
+        """How long the two samples lie apart."""
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
 class GpuSnapshot:
     """Everything read from one GPU at one moment; None where NVML could not say.
 
     `samples` are NVML's own utilization samples newer than the caller's last one.
     `error` names why the GPU could not be read at all (e.g. "GPU is lost").
+    `gpm` holds the GPM metrics since the previous snapshot's GPM sample; None when the
+    GPU has no GPM or this is its first sample.
     """
 
     uuid: str
@@ -38,6 +68,7 @@ class GpuSnapshot:
     ecc_errors_total: int | None = None
     processes: tuple[GpuProcess, ...] | None = None
     error: str | None = None
+    gpm: GpmMetrics | None = None
 
 
 class GpuSource(Protocol):
