@@ -26,6 +26,26 @@ INTERVAL_FIELDS = tuple(f.name for f in dataclasses.fields(GpuInterval))
 SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(JobGpuSummary))
 ACTIVITY_FIELDS = tuple(f.name for f in dataclasses.fields(GpuActivity))
 
+
+def _defaults(model: type) -> dict[str, Any]:
+    """The fields of `model` that have a default, with it (fields added later have one)."""
+    return {
+        f.name: f.default for f in dataclasses.fields(model) if f.default is not dataclasses.MISSING
+    }
+
+
+# What a row lacking a later column (a caller's mapping from before it) reads as: the
+# model's default, e.g. 0 GPM seconds and None for every GPM mean (revision 0006).
+_INTERVAL_DEFAULTS = _defaults(GpuInterval)
+_SUMMARY_DEFAULTS = _defaults(JobGpuSummary)
+_ACTIVITY_DEFAULTS = _defaults(GpuActivity)
+
+
+def _values(row: Mapping[Any, Any], fields: tuple[str, ...], defaults: Row) -> Row:
+    """The model's fields from `row`; a field the row lacks takes its default."""
+    return {name: row[name] if name in row else defaults[name] for name in fields}
+
+
 # Jobs-row columns a hook event can fill; the rest (job_name, submit_time...) come from Slurm.
 JOB_COLUMNS = (
     "array_job_id",
@@ -69,7 +89,7 @@ def interval_to_row(interval: GpuInterval) -> Row:
 
 def row_to_interval(row: Mapping[Any, Any]) -> GpuInterval:
     """Inverse of `interval_to_row`."""
-    values = {name: row[name] for name in INTERVAL_FIELDS}
+    values = _values(row, INTERVAL_FIELDS, _INTERVAL_DEFAULTS)
     values["unallocated_pids"] = text_to_pids(row["unallocated_pids"])
     return GpuInterval(**values)
 
@@ -83,7 +103,7 @@ def summary_to_row(summary: JobGpuSummary, cluster: str) -> Row:
 
 def row_to_summary(row: Mapping[Any, Any]) -> JobGpuSummary:
     """Inverse of `summary_to_row` (the cluster column is dropped)."""
-    return JobGpuSummary(**{name: row[name] for name in SUMMARY_FIELDS})
+    return JobGpuSummary(**_values(row, SUMMARY_FIELDS, _SUMMARY_DEFAULTS))
 
 
 def activity_to_row(activity: GpuActivity, cluster: str) -> Row:
@@ -95,7 +115,7 @@ def activity_to_row(activity: GpuActivity, cluster: str) -> Row:
 
 def row_to_activity(row: Mapping[Any, Any]) -> GpuActivity:
     """Inverse of `activity_to_row` (the cluster column is dropped)."""
-    return GpuActivity(**{name: row[name] for name in ACTIVITY_FIELDS})
+    return GpuActivity(**_values(row, ACTIVITY_FIELDS, _ACTIVITY_DEFAULTS))
 
 
 def device_to_row(node: str, device: GpuDevice, seen_at: float) -> Row:
@@ -108,6 +128,7 @@ def device_to_row(node: str, device: GpuDevice, seen_at: float) -> Row:
         "nvml_index": device.nvml_index,
         "pci_bus_id": device.pci_bus_id,
         "memory_total_bytes": device.memory_total_bytes,
+        "gpm_supported": device.gpm_supported,
         "first_seen": seen_at,
         "last_seen": seen_at,
     }
@@ -122,6 +143,7 @@ def row_to_device(row: Mapping[Any, Any]) -> GpuDevice:
         nvml_index=row["nvml_index"],
         pci_bus_id=row["pci_bus_id"],
         memory_total_bytes=row["memory_total_bytes"],
+        gpm_supported=bool(row.get("gpm_supported", False)),
     )
 
 

@@ -19,7 +19,13 @@ import sqlalchemy as sa
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.store import convert
 from slurm_gpu.store.dialect import BULK_ROWS
-from slurm_gpu.store.schema import gpu_intervals, gpu_inventory, job_gpu_summaries, jobs
+from slurm_gpu.store.schema import (
+    GPM_METRICS,
+    gpu_intervals,
+    gpu_inventory,
+    job_gpu_summaries,
+    jobs,
+)
 from slurm_gpu.store.store import Store
 
 CHUNK = 500  # ids per IN (...) clause: far below every backend's parameter limit
@@ -48,6 +54,18 @@ class IntervalTotals:
     mem_gib_seconds: float
     energy_joules: float | None
     interval_count: int
+    # NVML GPM (revision 0006): seconds measured, and per metric its percent-seconds
+    # over the GPM seconds that had it; the `*_mean_percent` properties are the means,
+    # named like JobGpuSummary's fields.
+    gpm_seconds: float = 0.0
+    sm_active_weighted_sum: float = 0.0
+    sm_active_gpm_seconds: float = 0.0
+    sm_occupancy_weighted_sum: float = 0.0
+    sm_occupancy_gpm_seconds: float = 0.0
+    tensor_active_weighted_sum: float = 0.0
+    tensor_active_gpm_seconds: float = 0.0
+    dram_bw_weighted_sum: float = 0.0
+    dram_bw_gpm_seconds: float = 0.0
 
     @property
     def util_mean_percent(self) -> float | None:
@@ -55,6 +73,33 @@ class IntervalTotals:
         if self.util_covered_seconds <= 0:
             return None
         return self.util_weighted_sum / self.util_covered_seconds
+
+    def _gpm_mean(self, metric: str) -> float | None:
+        seconds: float = getattr(self, f"{metric}_gpm_seconds")
+        if seconds <= 0:
+            return None
+        weighted: float = getattr(self, f"{metric}_weighted_sum")
+        return weighted / seconds
+
+    @property
+    def sm_active_mean_percent(self) -> float | None:
+        """Mean SM activity over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("sm_active")
+
+    @property
+    def sm_occupancy_mean_percent(self) -> float | None:
+        """Mean SM occupancy over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("sm_occupancy")
+
+    @property
+    def tensor_active_mean_percent(self) -> float | None:
+        """Mean tensor-pipe activity over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("tensor_active")
+
+    @property
+    def dram_bw_mean_percent(self) -> float | None:
+        """Mean DRAM bandwidth use over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("dram_bw")
 
 
 def _chunks(values: Sequence[_Key]) -> Iterator[list[_Key]]:
@@ -265,6 +310,12 @@ SUMMARY_ROW_COLUMNS = (
 )
 
 
+# The NVML GPM columns of job_gpu_summaries (revision 0006), named like JobGpuSummary's
+# fields: `summary_rows_*` and `summary_array_in_window` read them when asked (columns=,
+# or a dtype's field names); NULL (NaN in an array) where not measured, gpm_seconds 0.
+GPM_SUMMARY_COLUMNS = ("gpm_seconds", *(f"{m}_mean_percent" for m in GPM_METRICS))
+
+
 # What each column is in SQL.
 _SUMMARY_EXPRESSIONS: dict[str, Any] = {
     **{column.name: column for column in job_gpu_summaries.columns},
@@ -394,6 +445,8 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
     """Per-job, per-GPU totals of the stored intervals of these jobs (for running jobs).
 
     GPU-memory GiB-seconds use each interval's peak memory times its covered seconds.
+    The GPM figures (`gpm_seconds`, `sm_active_mean_percent`...) are weighted by each
+    interval's GPM seconds, as the agent's summaries are: None where none was measured.
     """
     t = gpu_intervals.c
     util_seconds = sa.case((t.util_mean_percent.is_(None), 0.0), else_=t.covered_seconds)
@@ -414,12 +467,20 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
         ).label("mem_gib_seconds"),
         sa.func.sum(t.energy_joules).label("energy"),
         sa.func.count().label("n"),
+        sa.func.sum(t.gpm_seconds).label("gpm_seconds"),
     )
+    gpm_sums = []
+    for m in GPM_METRICS:
+        mean = t[f"{m}_mean_percent"]
+        gpm_sums.append(sa.func.sum(mean * t.gpm_seconds).label(f"{m}_weighted_sum"))
+        seconds = sa.case((mean.is_not(None), t.gpm_seconds), else_=0.0)
+        gpm_sums.append(sa.func.sum(seconds).label(f"{m}_gpm_seconds"))
+    gpm_names = ("gpm_seconds", *(label.name for label in gpm_sums))
     out: list[IntervalTotals] = []
     with store.reading("reading GPU intervals of jobs") as conn:
         for chunk in _chunks(job_ids):
             query = (
-                sa.select(*query_cols)
+                sa.select(*query_cols, *gpm_sums)
                 .where(t.job_id.in_(chunk))
                 .group_by(t.job_id, t.node, t.gpu_uuid)
                 .order_by(t.job_id, t.node, t.gpu_uuid)
@@ -441,6 +502,7 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
                         mem_gib_seconds=float(r["mem_gib_seconds"] or 0.0),
                         energy_joules=_float(r["energy"]),
                         interval_count=int(r["n"]),
+                        **{name: float(r[name] or 0.0) for name in gpm_names},
                     )
                 )
     return out

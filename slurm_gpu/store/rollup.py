@@ -3,6 +3,10 @@
 Every column is a sum, a max, a min or a count, so rollups merge by addition and the
 means survive: mean util = util_weighted_sum / util_covered_seconds (util weighted by the
 seconds each interval covered), mean power likewise, energy and active seconds are sums.
+The NVML GPM means (revision 0006) likewise: `<metric>_weighted_sum` is the metric's
+percent-seconds over `<metric>_gpm_seconds`, the GPM seconds of the intervals that had it,
+so an hour's `sm_active_mean_percent` is that of the GPM-measured time only (None when
+none was measured: never 0%).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from slurm_gpu.store.dialect import hour_floor, upsert
-from slurm_gpu.store.schema import gpu_intervals, gpu_intervals_hourly
+from slurm_gpu.store.schema import GPM_METRICS, gpu_intervals, gpu_intervals_hourly
 
 KEY = ("node", "gpu_uuid", "hour_start", "job_id")
 SUMS = (
@@ -27,6 +31,8 @@ SUMS = (
     "util_sample_count",
     "power_weighted_sum",
     "power_covered_seconds",
+    "gpm_seconds",
+    *(f"{m}_{part}" for m in GPM_METRICS for part in ("weighted_sum", "gpm_seconds")),
 )
 NULLABLE_SUMS = ("energy_joules",)
 MAXES = (
@@ -68,6 +74,44 @@ class GpuHourly:
     power_covered_seconds: float
     temperature_max_celsius: float | None
     ecc_errors_total: int | None
+    # NVML GPM (revision 0006): seconds measured, and per metric its percent-seconds over
+    # the GPM seconds that had it; the `*_mean_percent` properties are the means.
+    gpm_seconds: float = 0.0
+    sm_active_weighted_sum: float = 0.0
+    sm_active_gpm_seconds: float = 0.0
+    sm_occupancy_weighted_sum: float = 0.0
+    sm_occupancy_gpm_seconds: float = 0.0
+    tensor_active_weighted_sum: float = 0.0
+    tensor_active_gpm_seconds: float = 0.0
+    dram_bw_weighted_sum: float = 0.0
+    dram_bw_gpm_seconds: float = 0.0
+
+    def _gpm_mean(self, metric: str) -> float | None:
+        seconds: float = getattr(self, f"{metric}_gpm_seconds")
+        if seconds <= 0:
+            return None
+        weighted: float = getattr(self, f"{metric}_weighted_sum")
+        return weighted / seconds
+
+    @property
+    def sm_active_mean_percent(self) -> float | None:
+        """Mean SM activity over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("sm_active")
+
+    @property
+    def sm_occupancy_mean_percent(self) -> float | None:
+        """Mean SM occupancy over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("sm_occupancy")
+
+    @property
+    def tensor_active_mean_percent(self) -> float | None:
+        """Mean tensor-pipe activity over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("tensor_active")
+
+    @property
+    def dram_bw_mean_percent(self) -> float | None:
+        """Mean DRAM bandwidth use over the GPM-measured seconds (None: not measured)."""
+        return self._gpm_mean("dram_bw")
 
     @property
     def util_mean_percent(self) -> float | None:
@@ -122,10 +166,26 @@ def aggregate_query(older_than: float) -> sa.Select[Any]:
             covered_where(t.power_mean_watts).label("power_covered_seconds"),
             sa.func.max(t.temperature_max_celsius).label("temperature_max_celsius"),
             sa.func.max(t.ecc_errors_total).label("ecc_errors_total"),
+            sa.func.coalesce(sa.func.sum(t.gpm_seconds), 0.0).label("gpm_seconds"),
+            *_gpm_sums(),
         )
         .where(t.period_start < older_than)
         .group_by(t.node, t.gpu_uuid, hour, job)
     )
+
+
+def _gpm_sums() -> list[sa.ColumnElement[Any]]:
+    """Per GPM metric: its percent-seconds, and the GPM seconds that had it (SQL side)."""
+    t = gpu_intervals.c
+    out: list[sa.ColumnElement[Any]] = []
+    for m in GPM_METRICS:
+        mean = t[f"{m}_mean_percent"]
+        out.append(
+            sa.func.coalesce(sa.func.sum(mean * t.gpm_seconds), 0.0).label(f"{m}_weighted_sum")
+        )
+        seconds = sa.case((mean.is_not(None), t.gpm_seconds), else_=0.0)
+        out.append(sa.func.coalesce(sa.func.sum(seconds), 0.0).label(f"{m}_gpm_seconds"))
+    return out
 
 
 def normalize(row: Mapping[Any, Any]) -> dict[str, Any]:

@@ -29,6 +29,34 @@ def _time(name: str, nullable: bool = False) -> sa.Column[float]:
     return sa.Column(name, sa.Double(), nullable=nullable)
 
 
+# NVML GPM metrics (revision 0006), in the order of the models' fields: each is a
+# `<metric>_mean_percent` column of intervals and summaries, two sums in the rollup.
+GPM_METRICS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw")
+
+
+def _gpm_columns() -> list[sa.Column[float]]:
+    """`gpm_seconds` (0: not measured) and the four means over it (NULL: not measured)."""
+    return [
+        sa.Column("gpm_seconds", sa.Double(), nullable=False, server_default="0"),
+        *(sa.Column(f"{m}_mean_percent", sa.Double()) for m in GPM_METRICS),
+    ]
+
+
+def _gpm_sums() -> list[sa.Column[float]]:
+    """The rollup's GPM columns: mean = `<metric>_weighted_sum / <metric>_gpm_seconds`."""
+    columns: list[sa.Column[float]] = [
+        sa.Column("gpm_seconds", sa.Double(), nullable=False, server_default="0")
+    ]
+    for m in GPM_METRICS:
+        columns.append(
+            sa.Column(f"{m}_weighted_sum", sa.Double(), nullable=False, server_default="0")
+        )
+        columns.append(
+            sa.Column(f"{m}_gpm_seconds", sa.Double(), nullable=False, server_default="0")
+        )
+    return columns
+
+
 jobs = sa.Table(
     "jobs",
     metadata,
@@ -99,6 +127,8 @@ gpu_intervals = sa.Table(
     sa.Column("ecc_errors_total", sa.BigInteger()),
     # Comma-separated pids; "" for none (the common case costs one byte).
     sa.Column("unallocated_pids", sa.Text(), nullable=False),
+    # Revision 0006: NVML GPM, time-weighted over gpm_seconds of the row.
+    *_gpm_columns(),
 )
 sa.Index(None, gpu_intervals.c.job_id)
 sa.Index(None, gpu_intervals.c.period_start)
@@ -131,6 +161,9 @@ gpu_intervals_hourly = sa.Table(
     sa.Column("power_covered_seconds", sa.Double(), nullable=False),
     sa.Column("temperature_max_celsius", sa.Double()),
     sa.Column("ecc_errors_total", sa.BigInteger()),
+    # Revision 0006: NVML GPM seconds, and per metric its percent-seconds over the GPM
+    # seconds that had it (sums: the rollup folds exactly).
+    *_gpm_sums(),
 )
 sa.Index(None, gpu_intervals_hourly.c.hour_start)
 sa.Index(None, gpu_intervals_hourly.c.job_id)
@@ -159,6 +192,7 @@ job_gpu_summaries = sa.Table(
     sa.Column("partition", sa.String(NAME), nullable=False),
     # One summary per run of a job and GPU (revision 0004; older rows are run 0).
     sa.Column("restart", sa.Integer(), primary_key=True, autoincrement=False, server_default="0"),
+    *_gpm_columns(),  # revision 0006
 )
 sa.Index(None, job_gpu_summaries.c.end)
 sa.Index(None, job_gpu_summaries.c.user)
@@ -179,6 +213,8 @@ gpu_inventory = sa.Table(
     # Revision 0005: set while the node's agent cannot read the GPU (NVML: lost).
     _time("lost_since", nullable=True),
     sa.Column("lost_reason", sa.String(255)),
+    # Revision 0006: NVML GPM (Hopper and newer); false for rows before it.
+    sa.Column("gpm_supported", sa.Boolean(), nullable=False, server_default="0"),
 )
 
 job_events = sa.Table(
@@ -214,6 +250,10 @@ gpu_activity = sa.Table(
     sa.Column("mem_used_bytes", sa.BigInteger()),
     sa.Column("process_count", sa.Integer()),
     _time("measured_since", nullable=True),  # revision 0005
+    # Revision 0006 (GPM): the newest window's SM activity, and the end of the newest
+    # window with the SM active at or above the threshold (never goes back).
+    sa.Column("sm_active_recent_percent", sa.Double()),
+    _time("last_sm_active", nullable=True),
 )
 
 # Every controller decision, dry-run or real, written before it is acted on.

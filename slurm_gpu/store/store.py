@@ -575,7 +575,14 @@ class Store:
         """Record that `devices` were on `node` at `seen_at` (first_seen kept, last_seen max)."""
         if not devices:
             return
-        update = ["model", "minor", "nvml_index", "pci_bus_id", "memory_total_bytes"]
+        update = [
+            "model",
+            "minor",
+            "nvml_index",
+            "pci_bus_id",
+            "memory_total_bytes",
+            "gpm_supported",
+        ]
         stmt = upsert(
             self.dialect, gpu_inventory, update, keep_min=["first_seen"], keep_max=["last_seen"]
         )
@@ -627,8 +634,8 @@ class Store:
     def add_activity(self, rows: Sequence[GpuActivity]) -> int:
         """Replace the newest activity of running jobs' GPUs (the controller's input).
 
-        `last_active` never goes back: a restarted agent that has not yet seen a busy
-        sample does not erase the one the store already knows.
+        `last_active` and `last_sm_active` (GPM) never go back: a restarted agent that
+        has not yet seen a busy sample does not erase the one the store already knows.
         """
         if not rows:
             return 0
@@ -640,8 +647,11 @@ class Store:
             "mem_used_bytes",
             "process_count",
             "measured_since",
+            "sm_active_recent_percent",
         )
-        stmt = upsert(self.dialect, gpu_activity, fields, keep_max=("last_active",))
+        stmt = upsert(
+            self.dialect, gpu_activity, fields, keep_max=("last_active", "last_sm_active")
+        )
         with self.writing(f"adding {len(rows)} GPU activity rows") as conn:
             conn.execute(stmt, [convert.activity_to_row(r, self.cluster) for r in rows])
         return len(rows)
