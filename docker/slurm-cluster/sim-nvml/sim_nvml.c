@@ -7,6 +7,10 @@
  * README.md next to this file for the layout.
  *
  * Reference: https://docs.nvidia.com/deploy/nvml-api/ and nvml.h from the CUDA toolkit.
+ * GPM (nvmlGpm*): nvml.h "GPM Structs"/"GPM Functions" (cuda-nvml-dev 12.2, as vendored in
+ * github.com/NVIDIA/go-nvml pkg/nvml/nvml.h), https://docs.nvidia.com/deploy/nvml-api/
+ * group__nvmlGpmFunctions.html, and the ctypes layouts of nvidia-ml-py 13.615.71
+ * (pynvml.py: c_nvmlGpmMetricsGet_t, c_nvmlGpmSupport_t, NVML_GPM_METRIC_MAX = 477).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -126,6 +130,61 @@ _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t layout"
 _Static_assert(sizeof(nvmlProcessInfo_v2_t) == 24, "nvmlProcessInfo_v2_t layout");
 _Static_assert(sizeof(nvmlPciInfo_t) == 68, "nvmlPciInfo_t layout");
 
+/* GPM (nvml.h "GPM Structs"). nvmlGpmSample_t is a struct holding one pointer, passed by
+ * value: the same ABI as the bare pointer pynvml passes (POINTER(struct_c_nvmlGpmSample_t)). */
+struct sim_gpm_sample;
+typedef struct {
+    struct sim_gpm_sample *handle;
+} nvmlGpmSample_t;
+
+typedef struct {
+    unsigned int metricId;   /* IN: NVML_GPM_METRIC_? */
+    nvmlReturn_t nvmlReturn; /* OUT: status of this metric; value is valid only when 0 */
+    double value;            /* OUT */
+    struct {
+        char *shortName;
+        char *longName;
+        char *unit;
+    } metricInfo; /* OUT: may be NULL */
+} nvmlGpmMetric_t;
+
+/* The metrics array is as long as the caller's header says (98 in CUDA 12.2's nvml.h, 477 in
+ * nvidia-ml-py 13.615.71); only metrics[0 .. numMetrics-1] are ever touched, so either works. */
+#define NVML_GPM_METRIC_MAX 477
+typedef struct {
+    unsigned int version;    /* IN: NVML_GPM_METRICS_GET_VERSION */
+    unsigned int numMetrics; /* IN */
+    nvmlGpmSample_t sample1; /* IN */
+    nvmlGpmSample_t sample2; /* IN */
+    nvmlGpmMetric_t metrics[NVML_GPM_METRIC_MAX];
+} nvmlGpmMetricsGet_t;
+#define NVML_GPM_METRICS_GET_VERSION 1
+
+typedef struct {
+    unsigned int version;           /* IN: NVML_GPM_SUPPORT_VERSION */
+    unsigned int isSupportedDevice; /* OUT */
+} nvmlGpmSupport_t;
+#define NVML_GPM_SUPPORT_VERSION 1
+
+_Static_assert(sizeof(nvmlGpmSample_t) == sizeof(void *), "nvmlGpmSample_t is one pointer");
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t layout");
+_Static_assert(__builtin_offsetof(nvmlGpmMetricsGet_t, metrics) == 24, "nvmlGpmMetricsGet_t layout");
+
+enum {
+    NVML_GPM_METRIC_GRAPHICS_UTIL = 1,
+    NVML_GPM_METRIC_SM_UTIL = 2,
+    NVML_GPM_METRIC_SM_OCCUPANCY = 3,
+    NVML_GPM_METRIC_ANY_TENSOR_UTIL = 5,
+    NVML_GPM_METRIC_DRAM_BW_UTIL = 10,
+    NVML_GPM_METRIC_FP64_UTIL = 11,
+    NVML_GPM_METRIC_FP32_UTIL = 12,
+    NVML_GPM_METRIC_FP16_UTIL = 13,
+    NVML_GPM_METRIC_PCIE_TX_PER_SEC = 20,
+    NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21,
+    NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60,
+    NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61,
+};
+
 #define NVML_GPU_UTILIZATION_SAMPLES 1
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 #define NVML_TEMPERATURE_GPU 0
@@ -155,15 +214,42 @@ struct sim_gpu {
     unsigned long long memory_total;
     unsigned int power_idle_mw, power_max_mw;
     double created;
+    int gpm_supported;      /* Hopper or newer: info key gpm_supported, else derived from the model */
+    unsigned int gpm_streaming; /* nvmlGpmSetStreamingEnabled state (this process only) */
     char dir[3072]; /* <SIM_NVML_DIR>/gpus/<uuid>; shorter than PATH_LEN to leave room for names */
 };
 
 enum pattern { PAT_STEADY, PAT_IDLE, PAT_SPIKY, PAT_RAMP, PAT_MEMORY_ONLY };
 
+/*
+ * Activity channels a plan drives. Channel 0 is the utilization (duty cycle); every other
+ * channel follows the same shape in time: level * util(t) / util. Percent channels are
+ * summed over plans and clipped at 100; rate channels (MiB/s) are summed unclipped.
+ */
+enum channel {
+    CH_UTIL,
+    CH_SM,
+    CH_OCCUPANCY,
+    CH_TENSOR,
+    CH_DRAM,
+    CH_FP64,
+    CH_FP32,
+    CH_FP16,
+    CH_PCIE_TX,
+    CH_PCIE_RX,
+    CH_NVLINK_RX,
+    CH_NVLINK_TX,
+    NCH
+};
+static const char *const CH_KEY[NCH] = {"util", "sm",   "occupancy", "tensor",  "dram",      "fp64",
+                                        "fp32", "fp16", "pcie_tx",   "pcie_rx", "nvlink_rx", "nvlink_tx"};
+static const int CH_PERCENT[NCH] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0};
+
 struct plan {
     unsigned int pid;
     enum pattern pattern;
     double util, start, seconds, period, duty;
+    double level[NCH]; /* level[CH_UTIL] == util; the others at full shape */
     double end;       /* end of utilization: min(start+seconds, actual end); INFINITY if open */
     int live;         /* listed as a process: pid alive and no end written */
     unsigned long long mem_bytes;
@@ -173,7 +259,8 @@ struct plan {
 struct plans {
     struct plan *v;
     size_t n;
-    double base_until, base_integral; /* compacted history: integral of util up to base_until */
+    double base_until;         /* compacted history ends here */
+    double base_integral[NCH]; /* integral of each channel from `created` up to base_until */
 };
 
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -191,6 +278,7 @@ enum field {
     F_UTILIZATION = 1 << 5,
     F_MEMORY = 1 << 6,
     F_PROCESSES = 1 << 7,
+    F_GPM = 1 << 8,
     F_NONE = 0,
 };
 
@@ -251,6 +339,19 @@ static int parse_bus_id(const char *s, unsigned int *dom, unsigned int *bus, uns
     return sscanf(s, "%x:%x:%x.%x", dom, bus, dev, fn) == 4;
 }
 
+/*
+ * GPM is Hopper or newer (nvml.h: "For Hopper or newer fully supported devices"). Default for
+ * an info file without gpm_supported (sim-gpu create writes the same rule): a Hopper or
+ * Blackwell name, or a PCI device id in the Hopper (0x23xx) or Blackwell (0x29xx-0x2Bxx) range.
+ */
+static int model_has_gpm(const char *name, unsigned int pci_device_id) {
+    static const char *const names[] = {"H100", "H200", "H800", "H20", "GH200", "B100", "B200", "B300", "GB200", "GB300"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strstr(name, names[i])) return 1;
+    unsigned int dev = pci_device_id >> 16;
+    return (dev >= 0x2300 && dev < 0x2400) || (dev >= 0x2900 && dev < 0x2C00);
+}
+
 static int load_gpu(const char *root, const char *uuid, struct sim_gpu *g) {
     char path[PATH_LEN], text[4096], v[256];
     snprintf(g->dir, sizeof g->dir, "%s/gpus/%s", root, uuid);
@@ -270,6 +371,10 @@ static int load_gpu(const char *root, const char *uuid, struct sim_gpu *g) {
     g->pci_device_id = (unsigned int)strtoul(kv_get(text, "pci_device_id", v, sizeof v) ? v : "0x20B210DE", NULL, 0);
     g->pci_subsystem_id = (unsigned int)strtoul(kv_get(text, "pci_subsystem_id", v, sizeof v) ? v : "0x147F10DE", NULL, 0);
     g->created = kv_double(text, "created", now_s());
+    if (kv_get(text, "gpm_supported", v, sizeof v) && v[0])
+        g->gpm_supported = strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0 || strcasecmp(v, "true") == 0;
+    else
+        g->gpm_supported = model_has_gpm(g->name, g->pci_device_id);
     return 1;
 }
 
@@ -311,7 +416,7 @@ static int read_fault(const struct sim_gpu *g, unsigned int *unsupported) {
         static const struct { const char *name; unsigned int bit; } names[] = {
             {"power", F_POWER},       {"energy", F_ENERGY},   {"temperature", F_TEMPERATURE},
             {"ecc", F_ECC},           {"samples", F_SAMPLES}, {"utilization", F_UTILIZATION},
-            {"memory", F_MEMORY},     {"processes", F_PROCESSES},
+            {"memory", F_MEMORY},     {"processes", F_PROCESSES}, {"gpm", F_GPM},
         };
         char *save = NULL;
         for (char *f = strtok_r(text + 14, ",", &save); f; f = strtok_r(NULL, ",", &save))
@@ -343,6 +448,32 @@ static int pid_alive(unsigned int pid) {
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;
 }
 
+/*
+ * Fills the channels a plan (or an old base file) does not give, from its utilization:
+ * sm = util, occupancy = sm / 2, tensor = 0, dram = sm / 3, fp64 = 0, fp32 = sm / 2,
+ * fp16 = 0, pcie_tx = 10 * dram and pcie_rx = 20 * dram MiB/s, nvlink rx/tx = 0 MiB/s.
+ * gpu-load writes the same defaults explicitly. The rule is linear, so it applies to a
+ * level as well as to an integral. Percent channels are clipped to 0..100, rates to >= 0.
+ */
+static void derive_levels(double level[NCH]) {
+    double *l = level;
+    if (isnan(l[CH_SM])) l[CH_SM] = l[CH_UTIL];
+    if (isnan(l[CH_OCCUPANCY])) l[CH_OCCUPANCY] = l[CH_SM] / 2.0;
+    if (isnan(l[CH_TENSOR])) l[CH_TENSOR] = 0;
+    if (isnan(l[CH_DRAM])) l[CH_DRAM] = l[CH_SM] / 3.0;
+    if (isnan(l[CH_FP64])) l[CH_FP64] = 0;
+    if (isnan(l[CH_FP32])) l[CH_FP32] = l[CH_SM] / 2.0;
+    if (isnan(l[CH_FP16])) l[CH_FP16] = 0;
+    if (isnan(l[CH_PCIE_TX])) l[CH_PCIE_TX] = 10.0 * l[CH_DRAM];
+    if (isnan(l[CH_PCIE_RX])) l[CH_PCIE_RX] = 20.0 * l[CH_DRAM];
+    if (isnan(l[CH_NVLINK_RX])) l[CH_NVLINK_RX] = 0;
+    if (isnan(l[CH_NVLINK_TX])) l[CH_NVLINK_TX] = 0;
+}
+
+static void clip_levels(double level[NCH]) {
+    for (int c = 0; c < NCH; c++) level[c] = CH_PERCENT[c] ? fmin(100.0, fmax(0.0, level[c])) : fmax(0.0, level[c]);
+}
+
 static int parse_plan(const char *path, struct plan *p) {
     char text[2048], v[64];
     struct stat st;
@@ -363,8 +494,14 @@ static int parse_plan(const char *path, struct plan *p) {
                  : strcmp(v, "ramp") == 0        ? PAT_RAMP
                  : strcmp(v, "memory-only") == 0 ? PAT_MEMORY_ONLY
                                                  : PAT_STEADY;
+    int fake_busy = strcmp(v, "fake-busy") == 0; /* steady shape, tiny SM activity */
     if (p->pattern == PAT_IDLE || p->pattern == PAT_MEMORY_ONLY) p->util = 0;
     if (p->pattern == PAT_SPIKY && p->period <= 0) p->pattern = PAT_STEADY;
+    p->level[CH_UTIL] = p->util;
+    for (int c = 1; c < NCH; c++) p->level[c] = kv_double(text, CH_KEY[c], NAN);
+    if (fake_busy && isnan(p->level[CH_SM])) p->level[CH_SM] = 1.0;
+    derive_levels(p->level);
+    clip_levels(p->level);
     double ended = kv_double(text, "end", NAN);
     if (isnan(ended)) {
         if (pid_alive(p->pid)) {
@@ -440,14 +577,25 @@ static double plan_next_break(const struct plan *p, double t) {
     return next;
 }
 
-/* Integral of min(100, sum of plans) over [a, b]: the GPU cannot be busier than 100%. */
-static double util_integral(const struct plans *ps, double a, double b) {
+/* A channel of a plan is its utilization shape scaled: level[c] * util(t) / util. */
+static double channel_scale(const struct plan *p, int c) {
+    return p->util > 0 ? p->level[c] / p->util : 0;
+}
+
+/*
+ * Integral of a channel over [a, b]: the sum over plans, clipped at 100 for a percent channel
+ * (a GPU cannot be busier than 100%), unclipped for a rate.
+ */
+static double channel_integral(const struct plans *ps, int c, double a, double b) {
     if (b <= a) return 0;
     double peak = 0, sum = 0;
     for (size_t i = 0; i < ps->n; i++)
-        if (ps->v[i].end > a && ps->v[i].start < b && ps->v[i].util > 0) peak += ps->v[i].util;
-    if (peak <= 100.0) { /* no overlap can exceed 100%: plain sum of closed forms */
-        for (size_t i = 0; i < ps->n; i++) sum += plan_integral(&ps->v[i], a, b);
+        if (ps->v[i].end > a && ps->v[i].start < b && ps->v[i].util > 0) peak += ps->v[i].level[c];
+    if (!CH_PERCENT[c] || peak <= 100.0) { /* no overlap can exceed 100%: plain sum of closed forms */
+        for (size_t i = 0; i < ps->n; i++) {
+            double k = channel_scale(&ps->v[i], c);
+            if (k > 0) sum += k * plan_integral(&ps->v[i], a, b);
+        }
         return sum;
     }
     /* Between breakpoints every plan is linear, so the total is linear; clip it at 100. */
@@ -458,9 +606,9 @@ static double util_integral(const struct plans *ps, double a, double b) {
         if (n <= t) n = t + 1e-6;
         double m = 0.5 * (t + n), fm = 0, slope = 0;
         for (size_t i = 0; i < ps->n; i++) {
-            double s;
-            fm += plan_value(&ps->v[i], m, &s);
-            slope += s;
+            double s, k = channel_scale(&ps->v[i], c);
+            fm += k * plan_value(&ps->v[i], m, &s);
+            slope += k * s;
         }
         double f0 = fm + slope * (t - m), f1 = fm + slope * (n - m);
         if (f0 <= 100 && f1 <= 100) {
@@ -479,6 +627,10 @@ static double util_integral(const struct plans *ps, double a, double b) {
     return sum;
 }
 
+static double util_integral(const struct plans *ps, double a, double b) {
+    return channel_integral(ps, CH_UTIL, a, b);
+}
+
 static double util_instant(const struct plans *ps, double t) {
     double sum = 0, s;
     for (size_t i = 0; i < ps->n; i++) sum += plan_value(&ps->v[i], t, &s);
@@ -492,15 +644,20 @@ static void free_plans(struct plans *ps) {
 }
 
 static void read_plans(const struct sim_gpu *g, struct plans *ps) {
-    char path[3200], text[256];
+    char path[3200], text[1024];
     ps->v = NULL;
     ps->n = 0;
     ps->base_until = g->created;
-    ps->base_integral = 0;
+    for (int c = 0; c < NCH; c++) ps->base_integral[c] = 0;
     snprintf(path, sizeof path, "%s/base", g->dir);
     if (read_small(path, text, sizeof text) > 0) {
+        char key[64];
         ps->base_until = kv_double(text, "until", g->created);
-        ps->base_integral = kv_double(text, "util_integral", 0);
+        for (int c = 0; c < NCH; c++) {
+            snprintf(key, sizeof key, "%s_integral", CH_KEY[c]);
+            ps->base_integral[c] = kv_double(text, key, c == CH_UTIL ? 0 : NAN);
+        }
+        derive_levels(ps->base_integral); /* a base written before GPM: the plans' default rule */
     }
     snprintf(path, sizeof path, "%s/plans", g->dir);
     DIR *dir = opendir(path);
@@ -546,12 +703,16 @@ static void maybe_compact(const struct sim_gpu *g, struct plans *ps, double now)
     struct plans fresh;
     read_plans(g, &fresh); /* re-read under the lock: another process may have compacted */
     if (cut > fresh.base_until) {
-        double integral = fresh.base_integral + util_integral(&fresh, fresh.base_until, cut);
         snprintf(tmp, sizeof tmp, "%s/.base.%d", g->dir, (int)getpid());
         snprintf(base, sizeof base, "%s/base", g->dir);
         FILE *f = fopen(tmp, "w");
         if (f) {
-            fprintf(f, "until=%.6f\nutil_integral=%.6f\n", cut, integral);
+            /* every channel folds the same way, so GPM samples taken on either side of a
+               compaction still differ by exactly the integral between them */
+            fprintf(f, "until=%.6f\n", cut);
+            for (int c = 0; c < NCH; c++)
+                fprintf(f, "%s_integral=%.6f\n", CH_KEY[c],
+                        fresh.base_integral[c] + channel_integral(&fresh, c, fresh.base_until, cut));
             if (fclose(f) == 0 && rename(tmp, base) == 0) {
                 for (size_t i = 0; i < fresh.n; i++)
                     if (!fresh.v[i].live && fresh.v[i].end < cut) unlink(fresh.v[i].path);
@@ -907,7 +1068,7 @@ API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsign
     double now = now_s();
     load_plans(device, &ps, now);
     double from = fmax(ps.base_until, device->created);
-    double util_ps = ps.base_integral + util_integral(&ps, from, now); /* percent-seconds */
+    double util_ps = ps.base_integral[CH_UTIL] + util_integral(&ps, from, now); /* percent-seconds */
     free_plans(&ps);
     double mj = device->power_idle_mw * fmax(0.0, now - device->created) +
                 (device->power_max_mw - device->power_idle_mw) * util_ps / 100.0;
@@ -999,5 +1160,186 @@ API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, u
     (void)infos;
     if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
     *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- GPM: GPU performance monitoring (Hopper or newer) ------------------------------ */
+/*
+ * A sample is what a hardware counter would hold: its time and, per channel, the integral of
+ * the channel from the GPU's `created` up to that time (compacted history included). The
+ * metrics between two samples are the differences divided by the time between them: the
+ * exact time-weighted mean of what the workload did in (t1, t2], whatever the gap.
+ */
+#define GPM_SAMPLE_MAGIC 0x47504D53U /* "GPMS" */
+
+struct sim_gpm_sample {
+    unsigned int magic;
+    int filled;     /* set by nvmlGpmSampleGet */
+    char uuid[96];  /* the GPU it was taken on (handles may move across a re-init) */
+    double t;       /* epoch seconds */
+    double cum[NCH];
+    struct sim_gpm_sample *next; /* registry of live samples, so a stale handle is refused */
+};
+
+static pthread_mutex_t g_gpm_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sim_gpm_sample *g_gpm_samples;
+
+static int sample_known(const struct sim_gpm_sample *s) {
+    int found = 0;
+    pthread_mutex_lock(&g_gpm_lock);
+    for (const struct sim_gpm_sample *x = g_gpm_samples; x && !found; x = x->next) found = x == s;
+    pthread_mutex_unlock(&g_gpm_lock);
+    return found && s->magic == GPM_SAMPLE_MAGIC;
+}
+
+static const struct {
+    unsigned int id;
+    int channel;
+    char *short_name, *long_name, *unit;
+} GPM_METRICS[] = {
+    {NVML_GPM_METRIC_GRAPHICS_UTIL, CH_UTIL, "gr_util", "graphics/compute engine activity", "%"},
+    {NVML_GPM_METRIC_SM_UTIL, CH_SM, "sm_util", "SM activity", "%"},
+    {NVML_GPM_METRIC_SM_OCCUPANCY, CH_OCCUPANCY, "sm_occupancy", "SM occupancy", "%"},
+    {NVML_GPM_METRIC_ANY_TENSOR_UTIL, CH_TENSOR, "any_tensor_util", "tensor pipe activity (any)", "%"},
+    {NVML_GPM_METRIC_DRAM_BW_UTIL, CH_DRAM, "dram_bw_util", "DRAM bandwidth utilization", "%"},
+    {NVML_GPM_METRIC_FP64_UTIL, CH_FP64, "fp64_util", "FP64 pipe activity", "%"},
+    {NVML_GPM_METRIC_FP32_UTIL, CH_FP32, "fp32_util", "FP32 pipe activity", "%"},
+    {NVML_GPM_METRIC_FP16_UTIL, CH_FP16, "fp16_util", "FP16 pipe activity", "%"},
+    {NVML_GPM_METRIC_PCIE_TX_PER_SEC, CH_PCIE_TX, "pcie_tx", "PCIe traffic from the GPU", "MiB/sec"},
+    {NVML_GPM_METRIC_PCIE_RX_PER_SEC, CH_PCIE_RX, "pcie_rx", "PCIe traffic to the GPU", "MiB/sec"},
+    {NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, CH_NVLINK_RX, "nvlink_rx", "NVLink read bandwidth, all links", "MiB/sec"},
+    {NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, CH_NVLINK_TX, "nvlink_tx", "NVLink write bandwidth, all links", "MiB/sec"},
+};
+
+/* The checks every per-device GPM call makes: as the other calls, then Hopper or newer. */
+static nvmlReturn_t check_gpm_device(nvmlDevice_t device) {
+    nvmlReturn_t rc = check_device(device, F_GPM);
+    if (rc != NVML_SUCCESS) return rc;
+    return device->gpm_supported ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* On an unsupported GPU (an A100) NVML answers SUCCESS with isSupportedDevice = 0. */
+API nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device, nvmlGpmSupport_t *gpmSupport) {
+    CHECK(device, F_GPM);
+    if (!gpmSupport) return NVML_ERROR_INVALID_ARGUMENT;
+    if (gpmSupport->version != NVML_GPM_SUPPORT_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    gpmSupport->isSupportedDevice = device->gpm_supported ? 1U : 0U;
+    return NVML_SUCCESS;
+}
+
+/* Allocation and free do not depend on a device (nvml.h lists INVALID_ARGUMENT and MEMORY). */
+API nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *gpmSample) {
+    if (!gpmSample) return NVML_ERROR_INVALID_ARGUMENT;
+    struct sim_gpm_sample *s = calloc(1, sizeof *s);
+    if (!s) return NVML_ERROR_MEMORY;
+    s->magic = GPM_SAMPLE_MAGIC;
+    pthread_mutex_lock(&g_gpm_lock);
+    s->next = g_gpm_samples;
+    g_gpm_samples = s;
+    pthread_mutex_unlock(&g_gpm_lock);
+    gpmSample->handle = s;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
+    struct sim_gpm_sample *s = gpmSample.handle, **pp;
+    if (!s) return NVML_ERROR_INVALID_ARGUMENT;
+    pthread_mutex_lock(&g_gpm_lock);
+    for (pp = &g_gpm_samples; *pp && *pp != s; pp = &(*pp)->next) {
+    }
+    int found = *pp != NULL;
+    if (found) *pp = s->next;
+    pthread_mutex_unlock(&g_gpm_lock);
+    if (!found) return NVML_ERROR_INVALID_ARGUMENT;
+    s->magic = 0;
+    free(s);
+    return NVML_SUCCESS;
+}
+
+static void take_sample(nvmlDevice_t device, struct sim_gpm_sample *s) {
+    struct plans ps;
+    double now = now_s();
+    load_plans(device, &ps, now);
+    double from = fmax(ps.base_until, device->created);
+    for (int c = 0; c < NCH; c++) s->cum[c] = ps.base_integral[c] + channel_integral(&ps, c, from, now);
+    free_plans(&ps);
+    snprintf(s->uuid, sizeof s->uuid, "%s", device->uuid);
+    s->t = now;
+    s->filled = 1;
+}
+
+API nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
+    nvmlReturn_t rc = check_gpm_device(device);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!sample_known(gpmSample.handle)) return NVML_ERROR_INVALID_ARGUMENT;
+    take_sample(device, gpmSample.handle);
+    return NVML_SUCCESS;
+}
+
+/*
+ * A sample of one MIG GPU instance. The simulated GPUs never run in MIG mode, and NVML
+ * documents no specific code for a GPU without MIG ("Nonzero NVML_ERROR_? enum on error");
+ * we answer NVML_ERROR_NOT_SUPPORTED there (our best reading of real drivers, not verified
+ * on hardware), after the same device and sample checks as nvmlGpmSampleGet.
+ */
+API nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample) {
+    (void)gpuInstanceId;
+    nvmlReturn_t rc = check_gpm_device(device);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!sample_known(gpmSample.handle)) return NVML_ERROR_INVALID_ARGUMENT;
+    return NVML_ERROR_NOT_SUPPORTED; /* MIG mode is disabled (nvmlDeviceGetMigMode) */
+}
+
+/*
+ * Pure computation on two samples, like NVML's: faults and init state do not apply (a GPU
+ * lost after both samples were taken still yields the metrics between them).
+ */
+API nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *metricsGet) {
+    if (!metricsGet) return NVML_ERROR_INVALID_ARGUMENT;
+    if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (metricsGet->numMetrics > NVML_GPM_METRIC_MAX) return NVML_ERROR_INVALID_ARGUMENT;
+    const struct sim_gpm_sample *s1 = metricsGet->sample1.handle, *s2 = metricsGet->sample2.handle;
+    if (!sample_known(s1) || !sample_known(s2) || !s1->filled || !s2->filled) return NVML_ERROR_INVALID_ARGUMENT;
+    if (strcmp(s1->uuid, s2->uuid) != 0) return NVML_ERROR_INVALID_ARGUMENT; /* two different GPUs */
+    double dt = s2->t - s1->t;
+    if (!(dt > 0)) return NVML_ERROR_INVALID_ARGUMENT; /* sample2 must be the later one */
+    for (unsigned int i = 0; i < metricsGet->numMetrics; i++) {
+        nvmlGpmMetric_t *m = &metricsGet->metrics[i];
+        m->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        m->value = 0;
+        m->metricInfo.shortName = m->metricInfo.longName = m->metricInfo.unit = NULL;
+        for (size_t k = 0; k < sizeof GPM_METRICS / sizeof GPM_METRICS[0]; k++) {
+            if (GPM_METRICS[k].id != m->metricId) continue;
+            int c = GPM_METRICS[k].channel;
+            double v = (s2->cum[c] - s1->cum[c]) / dt;
+            /* a SIGKILLed plan ends at its last heartbeat, which may precede a sample taken
+               while it still looked alive: keep such rounding inside the metric's range */
+            v = CH_PERCENT[c] ? fmin(100.0, fmax(0.0, v)) : fmax(0.0, v);
+            m->nvmlReturn = NVML_SUCCESS;
+            m->value = v;
+            m->metricInfo.shortName = GPM_METRICS[k].short_name;
+            m->metricInfo.longName = GPM_METRICS[k].long_name;
+            m->metricInfo.unit = GPM_METRICS[k].unit;
+            break;
+        }
+    }
+    return NVML_SUCCESS;
+}
+
+/* Streaming keeps no counter state here (the simulated counters are exact either way); the
+   switch is remembered per GPU for this process, 0 (off) after nvmlInit. */
+API nvmlReturn_t nvmlGpmQueryIfStreamingEnabled(nvmlDevice_t device, unsigned int *state) {
+    nvmlReturn_t rc = check_gpm_device(device);
+    if (rc != NVML_SUCCESS) return rc;
+    if (!state) return NVML_ERROR_INVALID_ARGUMENT;
+    *state = device->gpm_streaming;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlGpmSetStreamingEnabled(nvmlDevice_t device, unsigned int state) {
+    nvmlReturn_t rc = check_gpm_device(device);
+    if (rc != NVML_SUCCESS) return rc;
+    if (state > 1) return NVML_ERROR_INVALID_ARGUMENT;
+    device->gpm_streaming = state;
     return NVML_SUCCESS;
 }
