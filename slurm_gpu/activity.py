@@ -5,6 +5,11 @@ The threshold is `[node] active_threshold_percent` (default 5, the operations gu
 (a job's `active_s`, the `last_active` time the controller reads), and `[policy.idle_gpu]`
 applies it to a GPU's recent mean utilization, so a reading exactly at the threshold is
 classified the same on both sides.
+
+The same rule classifies NVML GPM's SM activity (issue #13) against `[node]
+sm_active_threshold_percent` (default 5): the agent's `last_sm_active` is the end of the
+newest GPM window whose SM activity is active by it, and `[policy.idle_gpu] signal =
+"sm_active"` judges a GPU's recent SM activity by it.
 """
 
 __all__ = ["is_active"]
@@ -18,7 +23,9 @@ def is_active(util_percent: float, threshold_percent: float) -> bool:
     active (nothing is idle).
 
     Args:
-        util_percent: NVML utilization (`nvidia-smi --query-gpu=utilization.gpu`), 0-100.
-        threshold_percent: `[node] active_threshold_percent`.
+        util_percent: NVML utilization (`nvidia-smi --query-gpu=utilization.gpu`), 0-100,
+            or GPM SM activity (`NVML_GPM_METRIC_SM_UTIL`), 0-100.
+        threshold_percent: `[node] active_threshold_percent` (for SM activity,
+            `[node] sm_active_threshold_percent`).
     """
     return util_percent >= threshold_percent

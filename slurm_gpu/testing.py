@@ -5,7 +5,8 @@ stop writing "just enough" fakes again and again:
 
 - `FakeRunner`: a Slurm `CommandRunner` that answers argv from canned responses.
 - `FakeSlurmClient`: a `SlurmClient` over in-memory jobs, nodes and associations.
-- `FakeGpuSource`: a `GpuSource` whose GPUs' utilization is a function of time.
+- `FakeGpuSource`: a `GpuSource` whose GPUs' utilization (and GPM metrics) are functions
+  of time.
 - `FixedClock`: the `Callable[[], float]` clock every component takes, moved by hand.
 
 Every fake records what it was asked. Nothing here runs a command, touches NVML or opens
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.gpu import GpuSnapshot, UtilSample
+from slurm_gpu.gpu import GpmMetrics, GpuSnapshot, UtilSample
 from slurm_gpu.models import GpuDevice, GpuProcess, SlurmJob
 from slurm_gpu.slurm.client import DEFAULT_STATES
 from slurm_gpu.slurm.sacctmgr import Association
@@ -360,17 +361,29 @@ class FakeGpuSource:
     a snapshot holds one sample per whole second after `samples_since` up to now. Power
     is constant, and the energy counter grows at that power since the epoch.
 
+    A GPU named in `gpm` has GPM (Hopper and newer; `devices()` says `gpm_supported`): each
+    snapshot takes one GPM sample and, from the second snapshot on, carries the metrics
+    since the previous one, as NvmlSource does. Each metric is the mean of its function
+    over the whole seconds of (previous snapshot, this one], the time-weighted truth at
+    NVML's one-second resolution. A GPU not named has no GPM: `gpm` is None.
+
     Args:
         devices: the GPUs, in NVML's order.
         clock: POSIX seconds now (a `FixedClock` the test moves).
         util: {uuid: percent as a function of POSIX time}; 0 for a GPU not named.
+        gpm: {uuid: POSIX time -> {GpmMetrics field: value}}, e.g.
+            `{"A": lambda t: {"sm_active_percent": 30.0}}`; a field not in the mapping
+            reads None ("not supported" for that metric).
 
     Attributes:
         util: the utilization functions, which tests may replace at any time.
+        gpm: the GPM functions, likewise.
         lost: uuids that answer "GPU is lost" (no readings at all).
-        unsupported: GpuSnapshot fields every GPU leaves None ("not supported").
+        unsupported: GpuSnapshot and GpmMetrics fields every GPU leaves None ("not
+            supported").
         processes: {uuid: the compute processes on it}.
         reads: (uuid, samples_since) of every snapshot asked for.
+        gpm_samples: uuid -> how many GPM samples were taken of it.
         closed: whether `close()` was called.
     """
 
@@ -380,6 +393,7 @@ class FakeGpuSource:
         clock: Callable[[], float],
         *,
         util: Mapping[str, Callable[[float], float]] | None = None,
+        gpm: Mapping[str, Callable[[float], Mapping[str, float]]] | None = None,
         mem_used_bytes: int = 2**30,
         power_watts: float = 100.0,
         temperature_celsius: float = 40.0,
@@ -387,6 +401,9 @@ class FakeGpuSource:
         self.device_list = list(devices)
         self.clock = clock
         self.util: dict[str, Callable[[float], float]] = dict(util or {})
+        self.gpm: dict[str, Callable[[float], Mapping[str, float]]] = dict(gpm or {})
+        self.gpm_samples: dict[str, int] = {}
+        self._gpm_last: dict[str, float] = {}  # uuid -> time of its newest GPM sample
         self.lost: set[str] = set()
         self.unsupported: set[str] = set()
         self.processes: dict[str, tuple[GpuProcess, ...]] = {}
@@ -397,14 +414,18 @@ class FakeGpuSource:
         self.closed = False
 
     def devices(self) -> list[GpuDevice]:
-        """The GPUs given, in that order."""
-        return list(self.device_list)
+        """The GPUs given, in that order; those named in `gpm` with `gpm_supported`."""
+        return [
+            dataclasses.replace(d, gpm_supported=True) if d.uuid in self.gpm else d
+            for d in self.device_list
+        ]
 
     def snapshot(self, device: GpuDevice, samples_since: float) -> GpuSnapshot:
         """The GPU at `clock()`: samples after `samples_since`, or its error when lost."""
         self.reads.append((device.uuid, samples_since))
         now = self.clock()
         if device.uuid in self.lost:
+            self._gpm_last.pop(device.uuid, None)  # its counters start again when it returns
             return GpuSnapshot(device.uuid, now, error="GPU is lost")
         util = self.util.get(device.uuid, _idle)
         seconds = range(int(samples_since) + 1, int(now) + 1)
@@ -419,7 +440,31 @@ class FakeGpuSource:
             temperature_celsius=self._supported("temperature_celsius", self.temperature_celsius),
             ecc_errors_total=self._supported("ecc_errors_total", 0),
             processes=self._supported("processes", self.processes.get(device.uuid, ())),
+            gpm=self._gpm_read(device.uuid, now),
         )
+
+    def _gpm_read(self, uuid: str, now: float) -> GpmMetrics | None:
+        """One GPM sample at `now`; the metrics since the previous one (None: first, or none)."""
+        levels = self.gpm.get(uuid)
+        if levels is None:
+            return None
+        self.gpm_samples[uuid] = self.gpm_samples.get(uuid, 0) + 1
+        previous = self._gpm_last.get(uuid)
+        self._gpm_last[uuid] = now
+        if previous is None or now <= previous:
+            return None
+        seconds = [float(t) for t in range(int(previous) + 1, int(now) + 1)] or [now]
+        readings = [levels(t) for t in seconds]
+        names = {name for reading in readings for name in reading}
+        unknown = names - _GPM_FIELDS
+        if unknown:
+            raise ValueError(f"FakeGpuSource gpm: unknown GpmMetrics field {sorted(unknown)[0]}")
+        means: dict[str, float | None] = {}
+        for name in names:
+            values = [reading[name] for reading in readings if name in reading]
+            known = name not in self.unsupported and len(values) == len(readings)
+            means[name] = sum(values) / len(values) if known else None
+        return GpmMetrics(start=previous, end=now, **means)
 
     def _supported(self, field: str, value: _T) -> _T | None:
         return None if field in self.unsupported else value
@@ -431,6 +476,9 @@ class FakeGpuSource:
 
 def _idle(_time: float) -> float:
     return 0.0
+
+
+_GPM_FIELDS = frozenset(f.name for f in dataclasses.fields(GpmMetrics)) - {"start", "end"}
 
 
 if TYPE_CHECKING:

@@ -146,6 +146,22 @@ class NodeSettings:
             maximum=100,
         ),
     )
+    sm_active_threshold_percent: float = field(
+        default=5.0,
+        metadata=doc(
+            "A GPU whose NVML GPM SM activity is below this percent is idle, at or above it"
+            ' active (GpuActivity.last_sm_active; [policy.idle_gpu] signal = "sm_active").',
+            minimum=0,
+            maximum=100,
+        ),
+    )
+    gpm: bool = field(
+        default=True,
+        metadata=doc(
+            "Read NVML GPM metrics (SM activity, occupancy, tensor, DRAM bandwidth) on GPUs"
+            " that have them (Hopper and newer); false makes no GPM call at all."
+        ),
+    )
     write_admin_comment: bool = field(
         default=False,
         metadata=doc("Write each job's GPU summary into its Slurm AdminComment at job end."),

@@ -3,6 +3,13 @@
 A field NVML does not support becomes None for that GPU; a lost GPU becomes a snapshot
 with `error` set. Neither stops the other GPUs from being read (the nvitop approach).
 Each distinct problem is logged once per GPU and field, not every interval.
+
+GPM (GPU Performance Monitoring, Hopper and newer; issue #13): each snapshot of a GPU that
+supports it takes one GPM sample, and the metrics are computed between it and the
+previous snapshot's sample, so the windows tile time and nothing between reads is lost
+(https://docs.nvidia.com/deploy/nvml-api/group__nvmlGpmFunctions.html). Two samples per GPU
+are allocated once and used in turn. A GPU without GPM (Ampere and older answer
+NVML_ERROR_NOT_SUPPORTED) gets `gpm=None`: unknown, never 0%.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from slurm_gpu.errors import GpuError
-from slurm_gpu.gpu import GpuSnapshot, UtilSample
+from slurm_gpu.gpu import GpmMetrics, GpuSnapshot, UtilSample
 from slurm_gpu.models import GpuDevice, GpuProcess
 
 log = logging.getLogger(__name__)
@@ -29,8 +36,47 @@ _GPU_GONE = (
 )
 
 
+# The GPM metrics read, in nvmlGpmMetricsGet_t.metrics order, and the GpmMetrics field
+# each fills (ids: nvml.h nvmlGpmMetricId_t).
+_GPM_METRICS: tuple[tuple[int, str], ...] = (
+    (pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_active_percent"),
+    (pynvml.NVML_GPM_METRIC_SM_OCCUPANCY, "sm_occupancy_percent"),
+    (pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "tensor_active_percent"),
+    (pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL, "dram_bw_percent"),
+    (pynvml.NVML_GPM_METRIC_FP64_UTIL, "fp64_active_percent"),
+    (pynvml.NVML_GPM_METRIC_FP32_UTIL, "fp32_active_percent"),
+    (pynvml.NVML_GPM_METRIC_FP16_UTIL, "fp16_active_percent"),
+    (pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC, "pcie_tx_mib_per_s"),
+    (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "pcie_rx_mib_per_s"),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx_mib_per_s"),
+    (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx_mib_per_s"),
+)
+_GPM_FIELDS = tuple(name for _, name in _GPM_METRICS)
+
+
 class _GpuLost(Exception):
     """Raised inside a snapshot when the GPU stopped answering altogether."""
+
+
+class _Gpm:
+    """One GPU's two GPM samples, used in turn, and the request that compares them.
+
+    The samples are NVML's memory (nvmlGpmSampleAlloc); the pointer objects are kept here
+    for as long as NVML may write through them, and freed at close().
+    """
+
+    def __init__(self, samples: tuple[Any, Any]) -> None:
+        self.samples = samples
+        self.newest: int | None = None  # which sample holds the newest reading
+        self.newest_time = 0.0  # when it was taken (the snapshot's time)
+        # Built once: the struct holds NVML_GPM_METRIC_MAX entries (~19 KiB). NVML reads
+        # version, numMetrics and each metricId, and writes nvmlReturn and value.
+        request = pynvml.c_nvmlGpmMetricsGet_t()
+        request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = len(_GPM_METRICS)
+        for i, (metric, _) in enumerate(_GPM_METRICS):
+            request.metrics[i].metricId = metric
+        self.request = request
 
 
 class NvmlSource:
@@ -38,19 +84,32 @@ class NvmlSource:
 
     Args:
         clock: POSIX time source, injectable for tests.
+        gpm: read GPM metrics where the GPU supports them (`[node] gpm`); False makes no
+            GPM call at all.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, gpm: bool = True) -> None:
         self._clock = clock
+        self._use_gpm = gpm
         self._logged: set[tuple[str, str, int]] = set()
         self._handles: dict[str, Any] = {}
+        self._gpm: dict[str, _Gpm] = {}  # uuid -> its GPM samples (GPUs with GPM only)
+        self._closed = False
         try:
             pynvml.nvmlInit()
         except pynvml.NVMLError as exc:
             raise GpuError(f"NVML could not be initialised: {exc}") from exc
 
     def close(self) -> None:
-        """nvmlShutdown; safe to call twice."""
+        """Frees the GPM samples, then nvmlShutdown; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for gpm in self._gpm.values():
+            for sample in gpm.samples:
+                with contextlib.suppress(pynvml.NVMLError):
+                    pynvml.nvmlGpmSampleFree(sample)
+        self._gpm.clear()
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
 
@@ -66,6 +125,7 @@ class NvmlSource:
                 handle = pynvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = str(pynvml.nvmlDeviceGetUUID(handle))
                 memory = self._memory(uuid, handle)
+                gpm = self._gpm_setup(uuid, handle)
                 found.append(
                     GpuDevice(
                         uuid=uuid,
@@ -74,6 +134,7 @@ class NvmlSource:
                         nvml_index=index,
                         pci_bus_id=str(pynvml.nvmlDeviceGetPciInfo(handle).busId),
                         memory_total_bytes=None if memory is None else int(memory.total),
+                        gpm_supported=gpm,
                     )
                 )
                 self._handles[uuid] = handle
@@ -114,8 +175,11 @@ class NvmlSource:
                 uuid, "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
             )
             samples = self._samples(uuid, handle, samples_since)
+            gpm = self._gpm_read(uuid, handle, now) if uuid in self._gpm else None
         except (pynvml.NVMLError, _GpuLost) as exc:
             self._log_once(device.uuid, "snapshot", exc)
+            if device.uuid in self._gpm:  # a lost GPU's counters start again when it returns
+                self._gpm[device.uuid].newest = None
             return GpuSnapshot(uuid=device.uuid, time=now, error=str(exc))
         return GpuSnapshot(
             uuid=device.uuid,
@@ -133,6 +197,7 @@ class NvmlSource:
                 GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_or_none(p.usedGpuMemory))
                 for p in processes
             ),
+            gpm=gpm,
         )
 
     def _memory(self, uuid: str, handle: Any) -> Any:
@@ -157,6 +222,78 @@ class NvmlSource:
             for s in raw
             if s.timeStamp / 1e6 > since
         )
+
+    def _gpm_setup(self, uuid: str, handle: Any) -> bool:
+        """Whether the GPU has GPM (`nvmlGpmQueryDeviceSupport`); if so, its two samples.
+
+        Called once per GPU (devices()). NOT_SUPPORTED (Ampere and older), an older driver
+        without the call, or any other error: no GPM on this GPU, logged once.
+        """
+        if not self._use_gpm:
+            return False
+        if uuid in self._gpm:
+            return True
+        try:
+            if not pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice:
+                self._log_gpm_off(uuid, "the GPU says it has none")
+                return False
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_GONE:
+                raise _GpuLost(str(exc)) from exc
+            self._log_gpm_off(uuid, str(exc))
+            return False
+        samples: list[Any] = []
+        try:
+            for _ in range(2):
+                samples.append(pynvml.nvmlGpmSampleAlloc())
+        except pynvml.NVMLError as exc:
+            for sample in samples:
+                with contextlib.suppress(pynvml.NVMLError):
+                    pynvml.nvmlGpmSampleFree(sample)
+            self._log_gpm_off(uuid, f"nvmlGpmSampleAlloc: {exc}")
+            return False
+        self._gpm[uuid] = _Gpm((samples[0], samples[1]))
+        return True
+
+    def _log_gpm_off(self, uuid: str, why: str) -> None:
+        if (uuid, "gpm-support", 0) not in self._logged:
+            self._logged.add((uuid, "gpm-support", 0))
+            log.info(
+                "GPU %s: no NVML GPM (%s); its SM activity, occupancy, tensor and DRAM"
+                " figures stay unknown",
+                uuid,
+                why,
+            )
+
+    def _gpm_read(self, uuid: str, handle: Any, now: float) -> GpmMetrics | None:
+        """One GPM sample (`nvmlGpmSampleGet`), and the metrics since the previous one.
+
+        None for the first sample, and when a call fails (logged once); after a failed
+        sample the previous one is kept, so the next window spans both reads.
+        """
+        gpm = self._gpm[uuid]
+        target = 1 if gpm.newest == 0 else 0
+        sample = gpm.samples[target]
+        if self._field(uuid, "gpm-sample", lambda: pynvml.nvmlGpmSampleGet(handle, sample)) is None:
+            return None
+        previous, previous_time = gpm.newest, gpm.newest_time
+        gpm.newest, gpm.newest_time = target, now
+        if previous is None or now <= previous_time:
+            return None
+        request = gpm.request
+        request.sample1 = gpm.samples[previous]
+        request.sample2 = sample
+        if self._field(uuid, "gpm-metrics", lambda: pynvml.nvmlGpmMetricsGet(request)) is None:
+            return None
+        values: dict[str, float | None] = {}
+        for name, metric in zip(_GPM_FIELDS, request.metrics, strict=False):
+            code = metric.nvmlReturn
+            if code == pynvml.NVML_SUCCESS:
+                values[name] = float(metric.value)
+            else:  # this metric only: the others of the window stand
+                values[name] = None
+                self._log_once(uuid, f"GPM {name}", pynvml.NVMLError(code))
+        return GpmMetrics(start=previous_time, end=now, **values)
 
     def _field(self, uuid: str, name: str, read: Callable[[], T]) -> T | None:
         """One NVML call: unsupported -> None (logged once); lost GPU -> _GpuLost."""

@@ -92,6 +92,8 @@ class NodeAgent:
         period: shipping period in seconds (intervals are aggregated to this).
         active_threshold: a sample at or above this utilization percent is active
             (`slurm_gpu.activity.is_active`, [node] active_threshold_percent).
+        sm_active_threshold: a GPM window whose SM activity is at or above this percent
+            is active, by the same rule ([node] sm_active_threshold_percent).
         max_gap_intervals: a read later than this many intervals after the previous one
             does not claim the gap: it is recorded as missing, not as idle.
         clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job).
@@ -109,6 +111,7 @@ class NodeAgent:
         period: float = 60.0,
         active_threshold: float = 5.0,
         max_gap_intervals: float = 3.0,
+        sm_active_threshold: float = 5.0,
         clock: Callable[[], float] = time.time,
         pid_job: Callable[[int], int | None] = job_of_pid,
         stat: Callable[[str], os.stat_result] = os.stat,
@@ -120,6 +123,7 @@ class NodeAgent:
         self.interval = interval
         self.period = period
         self.active_threshold = active_threshold
+        self.sm_active_threshold = sm_active_threshold
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
         self.pid_job = pid_job
@@ -135,6 +139,7 @@ class NodeAgent:
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
         self._warned_pids: set[tuple[str, int]] = set()
         self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
+        self._last_sm_active: dict[tuple[int, int, str], float] = {}  # the same, by GPM
         self._last_mem: dict[str, int | None] = {}  # uuid: memory in use at its last read
         self._het: dict[int, int] = {}  # job id: its het job's leader, from the bindings
         # uuid -> where its current unbroken run of readings began (GpuActivity.measured_since)
@@ -170,6 +175,9 @@ class NodeAgent:
                     db, self.node, job_id, self.index_uuid, restart
                 )
                 self._last_active = {k: v for k, v in self._last_active.items() if k[:2] != run}
+                self._last_sm_active = {
+                    k: v for k, v in self._last_sm_active.items() if k[:2] != run
+                }
             lost = self._queue_lost(db, now)
         if lost is not None:
             self._lost_reported = lost  # committed
@@ -291,6 +299,12 @@ class NodeAgent:
         key = (span.job_id, span.restart, uuid)
         if busy:
             self._last_active[key] = max(busy)
+        # GPM: the newest window's SM activity. A job that started inside that window
+        # shares its mean with what ran before (the finest truth one window gives, as in
+        # attribution.py); its end is this read, on the agent's clock.
+        sm_active = snap.gpm.sm_active_percent if snap.gpm is not None else None
+        if sm_active is not None and is_active(sm_active, self.sm_active_threshold):
+            self._last_sm_active[key] = now
         activity = GpuActivity(
             job_id=span.job_id,
             node=self.node,
@@ -303,6 +317,8 @@ class NodeAgent:
             mem_used_bytes=snap.mem_used_bytes,
             process_count=None if snap.processes is None else len(snap.processes),
             measured_since=self._measured_since.get(uuid),
+            sm_active_recent_percent=sm_active,
+            last_sm_active=self._last_sm_active.get(key),
         )
         self.spool.queue(db, "activity", f"activity:{span.job_id}:{uuid}", asdict(activity))
 

@@ -11,6 +11,9 @@ The energy the GPU's counter grew by over the window is shared by what each piec
 by its length alone: a GPU's power is close to affine in its utilization (idle power plus a
 part per percent), so the window's energy and the power read at w1 give both terms, and a
 busy job next to idle time gets its own share (`energy_shares`).
+GPM metrics (issue #13) are means over their own window, (previous GPM sample, this one]:
+each piece gets the part of that window it overlaps (`gpm_seconds`) and the window's means
+(`gpm_span`, `Piece.gpm_seconds`).
 Pure functions; no I/O.
 """
 
@@ -21,7 +24,7 @@ import math
 from dataclasses import dataclass
 
 from slurm_gpu.activity import is_active
-from slurm_gpu.gpu import GpuSnapshot
+from slurm_gpu.gpu import GpmMetrics, GpuSnapshot
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class Piece:
             read's for the piece that holds it, else the previous read's when the same job
             held the GPU then, else None.
         power_watts: power draw at the read, like `mem_used_bytes`.
+        gpm_seconds: how much of the piece a GPM window covers (0: not measured by GPM,
+            e.g. a GPU without GPM or its first sample); the four GPM figures below are
+            that window's means, None where not measured (never 0 for unknown).
     """
 
     start: float
@@ -74,11 +80,46 @@ class Piece:
     energy_joules: float | None
     restart: int = 0
     mem_estimate_bytes: int | None = None
+    gpm_seconds: float = 0.0
+    sm_active_percent: float | None = None
+    sm_occupancy_percent: float | None = None
+    tensor_active_percent: float | None = None
+    dram_bw_percent: float | None = None
 
     @property
     def seconds(self) -> float:
         """Length of the piece."""
         return self.end - self.start
+
+
+def gpm_span(w0: float, w1: float, snapshot: GpuSnapshot) -> tuple[float, float] | None:
+    """The snapshot's GPM window on the agent's clock, or None when it has none.
+
+    The source stamps the window with its own clock (the snapshot's time), the agent cuts
+    windows at its tick's time, read a few milliseconds earlier: the window is moved by
+    that difference, and a start within 5% of the window of the previous read is that
+    read, so consecutive windows tile time without slivers. A start well before w0 (a
+    GPM sample failed, a read was missed) stays there: the part before w0 was another
+    window's and is not counted again.
+    """
+    gpm = snapshot.gpm
+    if gpm is None or gpm.end <= gpm.start:
+        return None
+    shift = w1 - snapshot.time
+    start, end = gpm.start + shift, gpm.end + shift
+    if abs(start - w0) <= 0.05 * (w1 - w0):
+        start = w0
+    return start, end
+
+
+_UNMEASURED = GpmMetrics(0.0, 0.0)  # every figure None
+
+
+def _gpm_part(a: float, b: float, span: tuple[float, float] | None) -> float:
+    """Seconds of the piece (a, b] inside the GPM window `span`."""
+    if span is None:
+        return 0.0
+    return max(0.0, min(b, span[1]) - max(a, span[0]))
 
 
 def period_start(t: float, period: float) -> float:
@@ -129,10 +170,27 @@ def split_window(
     energies = energy_shares(w0, w1, points, snapshot, energy_delta)
     pieces: list[Piece] = []
     w0_owner = next((s for s in spans if s.start <= w0 and (s.end is None or s.end > w0)), None)
+    span = gpm_span(w0, w1, snapshot)
+    # One GPM window is the finest truth NVML gives: its means are all that is known of
+    # any part of it, so a job that starts or ends inside a window (and the idle time or
+    # other job beside it) shares the window's means, each for its own seconds.
+    gpm = snapshot.gpm if span is not None else None
+    if gpm is not None and all(
+        v is None
+        for v in (
+            gpm.sm_active_percent,
+            gpm.sm_occupancy_percent,
+            gpm.tensor_active_percent,
+            gpm.dram_bw_percent,
+        )
+    ):
+        span = gpm = None  # a window whose four figures all failed measured nothing here
     for (a, b), energy in zip(itertools.pairwise(points), energies, strict=True):
         owner = next((s for s in spans if s.covers(a, b)), None)
         values = [s.util_percent for s in snapshot.samples if a < s.time <= b]
         holds_read = b == w1
+        gpm_seconds = _gpm_part(a, b, span)
+        window = gpm if gpm is not None and gpm_seconds > 0 else _UNMEASURED
         if holds_read:
             estimate = snapshot.mem_used_bytes
         elif owner is not None and w0_owner is not None and owner.run == w0_owner.run:
@@ -155,6 +213,11 @@ def split_window(
                 power_watts=snapshot.power_watts if holds_read else None,
                 energy_joules=energy,
                 mem_estimate_bytes=estimate,
+                gpm_seconds=gpm_seconds,
+                sm_active_percent=window.sm_active_percent,
+                sm_occupancy_percent=window.sm_occupancy_percent,
+                tensor_active_percent=window.tensor_active_percent,
+                dram_bw_percent=window.dram_bw_percent,
             )
         )
     return pieces

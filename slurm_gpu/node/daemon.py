@@ -43,13 +43,14 @@ def build_agent(config: Config, node: str) -> NodeAgent:
     return NodeAgent(
         node=node,
         node_dir=node_dir,
-        source=NvmlSource(),
+        source=NvmlSource(gpm=config.node.gpm),
         spool=Spool(spool_path(config, node)),
         gres_files=load_gres_conf(Path(config.node.gres_conf), node),
         interval=interval,
         period=max(float(config.store.ship_aggregate), interval),
         active_threshold=float(config.node.active_threshold_percent),
         max_gap_intervals=float(config.node.missing_after_intervals),
+        sm_active_threshold=float(config.node.sm_active_threshold_percent),
     )
 
 

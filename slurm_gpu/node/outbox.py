@@ -138,7 +138,8 @@ def _hints(model: type[Any]) -> dict[str, Any]:
 def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
     """One field, checked against its annotation.
 
-    The annotations the models use: str, int, float, the enum, X | None, tuple[int, ...].
+    The annotations the models use: str, int, float, bool, the enum, X | None,
+    tuple[int, ...].
     """
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -149,6 +150,8 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
     else:
         what = _EXPECTED.get(hint, "a list of integers")
     if hint is str and isinstance(value, str):
+        return value
+    if hint is bool and isinstance(value, bool):  # GpuDevice.gpm_supported
         return value
     number = isinstance(value, int | float) and not isinstance(value, bool)
     if hint is int and number and isinstance(value, int) and -_INT_RANGE < value < _INT_RANGE:
@@ -169,7 +172,7 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
     raise OutboxError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
 
 
-_EXPECTED = {str: "a string", int: "an integer", float: "a finite number"}
+_EXPECTED = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}
 
 
 def _brief(value: Any) -> str:

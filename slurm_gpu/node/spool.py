@@ -10,6 +10,10 @@ What the agent has seen lives here until the accounting store has committed it:
   requeued job runs again under its id, and each run (`restart`, Slurm's
   SLURM_RESTART_COUNT) has its own spans, totals and summaries.
 - `job_acc`: running per-run-per-GPU totals, turned into summaries at the run's end.
+  Both `pieces` and `job_acc` sum the GPM figures (issue #13) as percent-seconds with the
+  seconds each was measured (`<metric>_psec`, `<metric>_sec`; NULL and 0: never measured),
+  and `gpm_seconds`, the seconds any GPM window covered: a mean is psec / sec, never 0
+  for unknown.
 - `gpu_state`: per GPU, when it was last read, its newest sample and energy counter, so a
   restarted agent neither double counts nor invents the time it was down.
 - `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
@@ -37,7 +41,7 @@ from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.outbox import encode
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The spool layout this agent writes. Raising it needs a step in `_MIGRATIONS`."""
 
 _VERSION_1_TABLES = (
@@ -133,12 +137,35 @@ _VERSION_2_STEP = (
     ),
 )
 
+
+def _add_gpm_columns(table: str) -> tuple[str, ...]:
+    """Version 3's columns of `table`: seconds measured by GPM and its figures' sums."""
+    return tuple(
+        f"ALTER TABLE {table} ADD COLUMN {column}"
+        for column in (
+            "gpm_seconds REAL NOT NULL DEFAULT 0",
+            "sm_active_psec REAL",
+            "sm_active_sec REAL NOT NULL DEFAULT 0",
+            "sm_occupancy_psec REAL",
+            "sm_occupancy_sec REAL NOT NULL DEFAULT 0",
+            "tensor_active_psec REAL",
+            "tensor_active_sec REAL NOT NULL DEFAULT 0",
+            "dram_bw_psec REAL",
+            "dram_bw_sec REAL NOT NULL DEFAULT 0",
+        )
+    )
+
+
+_VERSION_3_STEP = (*_add_gpm_columns("pieces"), *_add_gpm_columns("job_acc"))
+
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 0 is a new file, or a spool of the releases before versions: they wrote
     # version 1's tables unstamped, creating any that were missing at every open.
     0: _VERSION_1_TABLES,
     # Version 2: runs of requeued jobs (issue #11). The rows of version 1 are run 0.
     1: _VERSION_2_STEP,
+    # Version 3: GPM figures (issue #13). Rows of version 2 were never measured by GPM.
+    2: _VERSION_3_STEP,
 }
 """{version: the statements that bring a spool of that version to the next one}.
 
@@ -197,6 +224,15 @@ class _PieceRow(NamedTuple):
     ecc: int | None
     unallocated: str
     restart: int
+    gpm_seconds: float = 0.0
+    sm_active_psec: float | None = None
+    sm_active_sec: float = 0.0
+    sm_occupancy_psec: float | None = None
+    sm_occupancy_sec: float = 0.0
+    tensor_active_psec: float | None = None
+    tensor_active_sec: float = 0.0
+    dram_bw_psec: float | None = None
+    dram_bw_sec: float = 0.0
 
 
 class _JobAccRow(NamedTuple):
@@ -212,9 +248,26 @@ class _JobAccRow(NamedTuple):
     mem_gib_seconds: float
     energy: float | None
     readings: int
+    gpm_seconds: float = 0.0
+    sm_active_psec: float | None = None
+    sm_active_sec: float = 0.0
+    sm_occupancy_psec: float | None = None
+    sm_occupancy_sec: float = 0.0
+    tensor_active_psec: float | None = None
+    tensor_active_sec: float = 0.0
+    dram_bw_psec: float | None = None
+    dram_bw_sec: float = 0.0
 
 
 _NO_ACC = _JobAccRow("", 0.0, 0.0, 0, None, 0.0, None, 0.0, None, 0)
+# The GPM figures summed: GpuInterval/JobGpuSummary `<name>_mean_percent`, Piece `<name>_percent`.
+_GPM_FIGURES = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw")
+# The last columns of _PieceRow and _JobAccRow, in that order (_gpm_terms).
+_GPM_COLUMNS = ("gpm_seconds", *(f"{n}_{s}" for n in _GPM_FIGURES for s in ("psec", "sec")))
+assert _PieceRow._fields[-len(_GPM_COLUMNS) :] == _GPM_COLUMNS
+assert _JobAccRow._fields[-len(_GPM_COLUMNS) :] == _GPM_COLUMNS
+_PIECE_BASE = len(_PieceRow._fields) - len(_GPM_COLUMNS)
+_ACC_BASE = len(_JobAccRow._fields) - len(_GPM_COLUMNS)
 _SPAN_COLUMNS = (
     "job_id",
     "slurm_index",
@@ -254,6 +307,11 @@ def _summed(column: str) -> str:
     return f"{column} = {column} + excluded.{column}"
 
 
+_GPM_SUMS = tuple(
+    term for name in _GPM_FIGURES for term in (_known("+", f"{name}_psec"), _summed(f"{name}_sec"))
+)
+
+
 _PIECE_UPSERT = (
     f"INSERT INTO pieces ({_columns(_PieceRow._fields)})"
     f" VALUES ({_placeholders(_PieceRow._fields)})"
@@ -277,6 +335,8 @@ _PIECE_UPSERT = (
             "ecc = coalesce(excluded.ecc, ecc)",  # a running total: the newest known
             "unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated"
             " ELSE excluded.unallocated END",
+            _summed("gpm_seconds"),
+            *_GPM_SUMS,
         )
     )
 )
@@ -297,6 +357,8 @@ _JOB_ACC_UPSERT = (
             _summed("mem_gib_seconds"),
             _known("+", "energy"),
             _summed("readings"),
+            _summed("gpm_seconds"),
+            *_GPM_SUMS,
         )
     )
 )
@@ -305,6 +367,32 @@ _SPAN_INSERT = (
     f"INSERT OR IGNORE INTO spans ({_columns(_SPAN_COLUMNS)})"
     f" VALUES ({_placeholders(_SPAN_COLUMNS)})"
 )
+
+
+def _gpm_terms(piece: Piece) -> tuple[float | None, ...]:
+    """One piece's values of _GPM_COLUMNS: gpm_seconds, then each figure's psec and sec."""
+    seconds = piece.gpm_seconds
+    terms: list[float | None] = [seconds]
+    for value in (
+        piece.sm_active_percent,
+        piece.sm_occupancy_percent,
+        piece.tensor_active_percent,
+        piece.dram_bw_percent,
+    ):
+        if value is None or seconds <= 0:
+            terms += [None, 0.0]
+        else:
+            terms += [value * seconds, seconds]
+    return tuple(terms)
+
+
+def _gpm_means(row: _PieceRow | _JobAccRow) -> dict[str, Any]:
+    """The model's GPM fields from a row's sums: None where a figure was never measured."""
+    means: dict[str, Any] = {"gpm_seconds": row.gpm_seconds}
+    for name in _GPM_FIGURES:
+        psec, sec = getattr(row, f"{name}_psec"), getattr(row, f"{name}_sec")
+        means[f"{name}_mean_percent"] = psec / sec if psec is not None and sec > 0 else None
+    return means
 
 
 def _mean_power(row: _PieceRow) -> float | None:
@@ -525,7 +613,8 @@ class Spool:
             unallocated=",".join(str(p) for p in sorted(unallocated)),
             restart=piece.restart,
         )
-        db.execute(_PIECE_UPSERT, row)
+        gpm = _gpm_terms(piece)
+        db.execute(_PIECE_UPSERT, row[:_PIECE_BASE] + gpm)
         if job == NO_JOB:
             return
         totals = _JobAccRow(
@@ -540,7 +629,7 @@ class Spool:
             energy=piece.energy_joules,
             readings=1,
         )
-        db.execute(_JOB_ACC_UPSERT, (job, piece.restart, uuid, *totals))
+        db.execute(_JOB_ACC_UPSERT, (job, piece.restart, uuid, *totals[:_ACC_BASE], *gpm))
 
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
@@ -588,6 +677,7 @@ class Spool:
                 temperature_max_celsius=r.temp_max,
                 ecc_errors_total=r.ecc,
                 unallocated_pids=tuple(int(p) for p in r.unallocated.split(",") if p),
+                **_gpm_means(r),
             )
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)",
@@ -654,6 +744,7 @@ class Spool:
                 account=account or "",
                 partition=partition or "",
                 restart=restart,
+                **_gpm_means(acc),
             )
             summaries.append(summary)
             db.execute(
