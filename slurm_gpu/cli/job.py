@@ -26,6 +26,10 @@ from slurm_gpu.reports.usage import JobFilter, Usage
 def job_command(app: App, job_id: str, as_json: bool) -> None:
     """Per-node, per-GPU utilization and memory of one job, energy, cost and notes.
 
+    On GPUs with NVML GPM (Hopper and newer) also SM activity, occupancy, tensor and
+    DRAM bandwidth per GPU, effective GPU-hours, and advice from them; on older GPUs
+    they are not measured (said so, never 0%).
+
     Works for running jobs (figures up to the last shipped minute) and finished ones.
     You may look at your own jobs (and your coordinated accounts'; admins: all).
     """
@@ -57,6 +61,12 @@ def _view(env: ReportEnv, usage: Usage, job: dict[str, Any], as_json: bool) -> d
         usage.gpus[usage.gpus["job_id"] == job["job_id"]].to_dict("records"),
         env.store.job_summaries(int(job["job_id"])),
     )
+    inventory = env.store.inventory()
+    # Whether each GPU has NVML GPM (the agent's inventory): a GPU without it is
+    # "not measured", never 0 % SM activity. None: a GPU the inventory does not know.
+    gpm = {e.device.uuid: e.device.gpm_supported for e in inventory}
+    for g in gpus:
+        g["gpm_supported"] = gpm.get(str(g.get("gpu_uuid")))
     limits = Thresholds(idle_percent=env.config.node.active_threshold_percent)
     stale = (
         stale_nodes(
@@ -76,7 +86,7 @@ def _view(env: ReportEnv, usage: Usage, job: dict[str, Any], as_json: bool) -> d
             "notes": notes(job, gpus, limits),
             "currency": env.config.cost.currency,
         }
-    memory = {e.device.uuid: e.device.memory_total_bytes for e in env.store.inventory()}
+    memory = {e.device.uuid: e.device.memory_total_bytes for e in inventory}
     return render_job(
         job,
         gpus,

@@ -27,6 +27,17 @@ from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.timespec import format_sacct_time
 
 
+def charge_lines(charge: str) -> list[str]:
+    """What Cost charges under `[cost] charge`, for a report's header ([] for "held")."""
+    if charge != "effective":
+        return []
+    return [
+        'Charge "effective": Cost is the GPU time GPM measured x its SM activity, plus all',
+        "GPU time GPM did not measure (GPMPct < 100: older GPUs, missing readings), charged",
+        "as held; IdleHeldCost prices the measured time with SMs not active, not in Cost.",
+    ]
+
+
 def month_period(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:
     """`2026-11` -> [first of November 00:00, first of December 00:00) in local time.
 
@@ -110,14 +121,18 @@ def report_command(
     Jobs, GPU-hours, GPU-memory-hours (GiB-hours), utilization weighted by GPU-hours,
     idle GPU-hours (measured, below the active threshold) and their share, missing
     GPU-hours (held with no readings: never idle) and their share, energy, cost, queue
-    wait (mean, p95), and the top users by idle GPU-hours. The period defaults to the
-    month so far; usage is counted inside the period only. You see only the jobs you may
-    see (your own, your coordinated accounts', or all for admins).
+    wait (mean, p95), the GPM figures of Hopper and newer GPUs (SM activity, occupancy,
+    tensor activity, DRAM bandwidth over the GPU-hours GPM measured, effective GPU-hours
+    and the share GPM measured; blank where nothing was), and the top users by idle
+    GPU-hours. With [cost] charge = "effective", IdleHeldCost is priced apart. The
+    period defaults to the month so far; usage is counted inside the period only. You
+    see only the jobs you may see (your own, your coordinated accounts', or all for
+    admins).
     """
     mode = output_mode(parsable2, parsable, as_json, as_csv)
     env = app.report_env
     group = GROUP_KEYS[kind]
-    fields = report_fields(env.config.cost.currency, group)
+    fields = report_fields(env.config.cost.currency, group, env.config.cost.charge)
     try:
         columns = parse_format(fmt or ",".join(fields), fields)
     except ValueError as exc:
@@ -153,6 +168,7 @@ def report_command(
             "period": {"start": since, "end": until, "text": period},
             "scope": env.scope.describe(),
             "currency": env.config.cost.currency,
+            "charge": env.config.cost.charge,
             "rows": [json_record(columns, r) for r in report.rows],
             "total": json_record(columns, report.total),
             "top_waste": [json_record(waste_columns, r) for r in report.top_waste],
@@ -163,6 +179,8 @@ def report_command(
             click.echo("-" * 80)
             click.echo(f"GPU usage by {kind} {period} ({env.scope.describe()})")
             click.echo(f"Cost in {env.config.cost.currency} per {env.config.cost.unit}")
+            for line in charge_lines(env.config.cost.charge):
+                click.echo(line)
             click.echo("-" * 80)
         click.echo(
             render(columns, [*report.rows, report.total], mode, header=not noheader), nl=False

@@ -9,7 +9,7 @@ import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
-from slurm_gpu.reports.fields import DEFAULT_FORMAT, GPU_FORMAT, job_fields
+from slurm_gpu.reports.fields import DEFAULT_FORMAT, GPU_FORMAT, HELD_COST_FORMAT, job_fields
 from slurm_gpu.reports.records import gpu_records, job_records
 from slurm_gpu.reports.render import OutputMode, help_format, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
@@ -137,6 +137,10 @@ def sacct_command(
 ) -> None:
     """Jobs with their GPU use: sacct's rows plus GPU-hours, utilization, memory, cost.
 
+    GPM figures of Hopper and newer GPUs on -o: SMActiveAvg, SMOccupancyAvg,
+    TensorActiveAvg, DRAMBWAvg, EffectiveGPUHours, GPMGPUHours (blank where not
+    measured); --helpformat lists every field.
+
     Like sacct: without -a you see your own jobs (root: all); the period defaults to
     midnight today until now, and -j selects jobs whenever they ran. Non-admins only
     ever see their own jobs (and their coordinated accounts'), whatever the flags.
@@ -149,8 +153,11 @@ def sacct_command(
         raise click.BadParameter("one or more characters, no newline", param_hint="--delimiter")
     env = app.report_env
     fields = job_fields(env.config.cost.currency)
+    default = GPU_FORMAT if per_gpu else DEFAULT_FORMAT
+    if env.config.cost.charge == "effective" and not per_gpu:
+        default += HELD_COST_FORMAT  # the bill's other part, next to Cost
     try:
-        columns = parse_format(fmt or (GPU_FORMAT if per_gpu else DEFAULT_FORMAT), fields)
+        columns = parse_format(fmt or default, fields)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     job_list = _split(jobs)

@@ -12,6 +12,7 @@ from slurm_gpu.config.names import check_user_names
 from slurm_gpu.durations import Duration
 
 CostUnit = Literal["gpu_hour", "gpu_mem_hour", "job_hour"]
+CostCharge = Literal["held", "effective"]
 
 
 def _check_currency(text: str) -> str | None:
@@ -51,6 +52,16 @@ class CostSettings:
     )
     default_price: float = field(
         default=0.0, metadata=doc("Price per unit of a GPU model no key matches.", minimum=0)
+    )
+    charge: CostCharge = field(
+        default="held",
+        metadata=doc(
+            '"held": every unit held is charged (GPUs x hours held, whatever they did). '
+            '"effective": where NVML GPM measured SM activity (Hopper and newer), the charge '
+            "is the measured part x SM activity, and the measured but unused rest is priced "
+            "apart as IdleHeldCost (not added to Cost); GPU time GPM did not measure (older "
+            "GPUs, readings missing) is charged as held, and reports say it was not measured."
+        ),
     )
 
 

@@ -14,6 +14,8 @@ DEFAULT_FORMAT = (
     "IdleGPUHours,Cost"
 )
 GPU_FORMAT = "JobID,User,Node,GPU,GPUModel,GPUHours,GPUUtilAvg,GPUUtilMax,GPUMemMax,IdleGPUHours"
+# [cost] charge = "effective": the bill's second part, next to Cost.
+HELD_COST_FORMAT = ",IdleHeldCost"
 
 
 def _key(name: str) -> Callable[[Mapping[str, Any]], Cell]:
@@ -142,6 +144,56 @@ def job_fields(currency: str = "") -> dict[str, Field]:
         ),
         Field("EnergyKWh", 9, "GPU energy, kWh", _scaled("energy_joules", 3.6e6), fixed(5)),
         Field("Cost", 10, f"Cost by [cost] prices{cost_unit}", _key("cost"), h2),
+        # NVML GPM (Hopper and newer): blank where the GPU has none, never 0.
+        Field(
+            "SMActiveAvg",
+            11,
+            "Mean SM activity % (GPM: share of SMs with work), over the GPM-measured seconds",
+            _key("sm_active_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "SMOccupancyAvg",
+            14,
+            "Mean SM occupancy % (GPM: resident warps / the most an SM holds)",
+            _key("sm_occupancy_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "TensorActiveAvg",
+            15,
+            "Mean tensor-core activity % (GPM: any tensor pipe)",
+            _key("tensor_active_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "DRAMBWAvg",
+            9,
+            "Mean DRAM bandwidth used, % of the peak (GPM)",
+            _key("dram_bw_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "EffectiveGPUHours",
+            17,
+            "GPM-measured GPU-hours x SM activity (blank where not measured)",
+            _hours("effective_seconds"),
+            h4,
+        ),
+        Field(
+            "GPMGPUHours",
+            11,
+            "GPU-hours GPM measured (the GPM figures' weight; the rest: not measured)",
+            _hours("gpm_seconds"),
+            h4,
+        ),
+        Field(
+            "IdleHeldCost",
+            12,
+            f'[cost] charge = "effective": measured, held, SMs not active; not in Cost{cost_unit}',
+            _key("idle_held_cost"),
+            h2,
+        ),
         Field(
             "DataSource", 10, "summary (finished) or intervals (running)", _key("source"), fmt_text
         ),

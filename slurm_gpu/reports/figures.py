@@ -19,8 +19,15 @@ share. Where nothing was measured at all, active and idle GPU-hours and the idle
 unknown (None), never 0 % or 100 % idle.
 
 Utilization is weighted by GPU-seconds over the rows that have a mean utilization;
-queue wait (Start - Submit) counts each job once, at its first row; its 95th percentile
-interpolates linearly (numpy's and pandas' default).
+the GPM figures (NVML GPU Performance Monitoring, Hopper and newer: SM activity, SM
+occupancy, tensor activity, DRAM bandwidth) by each row's `gpm_seconds` (the seconds GPM
+measured) over the rows that have the figure: a GPU without GPM adds nothing to them, and
+where no row was measured they are unknown (None), never 0 %. Effective GPU-hours are the
+GPM-measured GPU-hours x SM activity (time nobody measured is in none of them), and
+`gpm_percent` says which share of the GPU-hours GPM measured. `idle_held_cost` is the
+held-but-unused part of the charge under `[cost] charge = "effective"` (reports/pricing.py;
+None when no row carries it). Queue wait (Start - Submit) counts each job once, at its
+first row; its 95th percentile interpolates linearly (numpy's and pandas' default).
 """
 
 from __future__ import annotations
@@ -45,6 +52,14 @@ FIGURE_KEYS = (
     "cost",
     "queue_wait_mean",
     "queue_wait_p95",
+    "gpm_gpu_hours",
+    "gpm_percent",
+    "sm_active_mean_percent",
+    "sm_occupancy_mean_percent",
+    "tensor_active_mean_percent",
+    "dram_bw_mean_percent",
+    "effective_gpu_hours",
+    "idle_held_cost",
 )
 """What a report row shows (`slurm-gpu report`, the monthly tables), in this order."""
 
@@ -62,8 +77,25 @@ JOB_TOTAL_KEYS = (
     "cost",
     "data_until",
     "source",
+    "gpm_seconds",
+    "sm_active_mean_percent",
+    "sm_occupancy_mean_percent",
+    "tensor_active_mean_percent",
+    "dram_bw_mean_percent",
+    "effective_seconds",
+    "idle_held_cost",
 )
 """What a job's record (a sacct row) sums from its GPU rows, in this order."""
+
+GPM_MEANS = (
+    "sm_active_mean_percent",
+    "sm_occupancy_mean_percent",
+    "tensor_active_mean_percent",
+    "dram_bw_mean_percent",
+)
+"""The GPM means of a GPU row (models.JobGpuSummary), each over its `gpm_seconds`."""
+GPM_COLUMNS = ("gpm_seconds", *GPM_MEANS)
+"""A GPU row's GPM columns: 0 and NaN where its GPU has no GPM."""
 
 # Above this many rows, the first row of each job is found by hashing (pandas) rather
 # than by sorting (np.unique): a month's totals have ~10^6 rows, a group ~10^3.
@@ -156,6 +188,45 @@ class Groups:
             self._columns["active"] = np.minimum(active, measured)
         return self._columns["active"]
 
+    def _gpm(self, a: int, b: int) -> dict[str, Any]:
+        """The GPM figures of the group [a, b): GPM-measured seconds, means, effective seconds.
+
+        Each mean is weighted by `gpm_seconds` over the rows that have it; None where
+        those rows measured nothing. Effective seconds: the SM activity mean's weighted
+        sum / 100 (None where SM activity is unknown).
+        """
+        weights = self._gpm_seconds()[a:b]
+        out: dict[str, Any] = {"gpm_seconds": _sum(weights)}
+        for name in GPM_MEANS:
+            total, weight = self._weighted_sum(name, a, b)
+            out[name] = total / weight if weight > 0 else None
+        total, weight = self._weighted_sum("sm_active_mean_percent", a, b)
+        out["effective_seconds"] = total / 100.0 if weight > 0 else None
+        return out
+
+    def _gpm_seconds(self) -> np.ndarray:
+        """Each row's GPM-measured seconds (0 where unknown or where rows lack the column)."""
+        if "gpm" not in self._columns:
+            self._columns["gpm"] = (
+                np.nan_to_num(self.column("gpm_seconds"))
+                if "gpm_seconds" in self.rows
+                else np.zeros(len(self.rows))
+            )
+        return self._columns["gpm"]
+
+    def _weighted_sum(self, name: str, a: int, b: int) -> tuple[float, float]:
+        """(sum of `name` x gpm_seconds, sum of gpm_seconds) over the rows that have `name`."""
+        if name not in self.rows:
+            return 0.0, 0.0
+        values = self.column(name)[a:b]
+        known = ~np.isnan(values)
+        weights = self._gpm_seconds()[a:b][known]
+        return _sum(values[known] * weights), _sum(weights)
+
+    def _held_cost(self, a: int, b: int) -> float | None:
+        """The idle-held part of the charge (None where no row carries one)."""
+        return self.sum("idle_held_cost", a, b) if "idle_held_cost" in self.rows else None
+
     def _time_split(self, a: int, b: int) -> tuple[float, float | None, float | None, float]:
         """(GPU-seconds, active, idle, missing seconds) of the group [a, b).
 
@@ -201,6 +272,12 @@ class Groups:
                 "queue_wait_mean": float(waits.sum() / len(waits)) if len(waits) else None,
                 "queue_wait_p95": float(np.percentile(waits, 95.0)) if len(waits) else None,
             }
+            gpm = self._gpm(a, b)
+            figures["gpm_gpu_hours"] = gpm["gpm_seconds"] / 3600.0
+            figures["gpm_percent"] = _share(gpm["gpm_seconds"], gpu_seconds)
+            figures.update({name: gpm[name] for name in GPM_MEANS})
+            figures["effective_gpu_hours"] = _hours(gpm["effective_seconds"])
+            figures["idle_held_cost"] = self._held_cost(a, b)
             out.append((key, figures))
         return out
 
@@ -245,6 +322,8 @@ class Groups:
                 "cost": self.sum("cost", a, b) if has_cost else 0.0,
                 "data_until": pd.Series(until[a:b]).max(),
                 "source": ",".join(sorted({str(s) for s in sources[a:b]})),
+                **self._gpm(a, b),
+                "idle_held_cost": self._held_cost(a, b),
             }
             out.append((key, totals))
         return out
@@ -266,7 +345,7 @@ def empty_job_totals() -> dict[str, Any]:
         **dict.fromkeys(JOB_TOTAL_KEYS),
         **dict.fromkeys(("gpu_model", "source"), ""),
         **dict.fromkeys(("gpu_seconds", "active_seconds", "idle_seconds", "missing_seconds"), 0.0),
-        **dict.fromkeys(("mem_gib_seconds", "cost"), 0.0),
+        **dict.fromkeys(("mem_gib_seconds", "cost", "gpm_seconds"), 0.0),
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.reports.figures import GPM_COLUMNS
 from slurm_gpu.store import Store, queries
 from slurm_gpu.units import is_known
 
@@ -58,8 +59,9 @@ FIGURE_JOB_COLUMNS = [
 ]
 # The store's job columns they come from (user, account and partition as one text).
 FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
-# One row per job and GPU: the store's summary rows, column for column.
-GPU_COLUMNS = list(queries.SUMMARY_ROW_COLUMNS)
+# One row per job and GPU: the store's summary rows, column for column, and their NVML
+# GPM columns (revision 0006; figures.GPM_COLUMNS, by the same names).
+GPU_COLUMNS = [*queries.SUMMARY_ROW_COLUMNS, *queries.GPM_SUMMARY_COLUMNS]
 # The GPU figures report figures are summed from,
 FIGURE_GPU_NUMBERS = (
     "gpu_seconds",
@@ -68,6 +70,7 @@ FIGURE_GPU_NUMBERS = (
     "mem_gib_seconds",
     "energy_joules",
     "missing_seconds",
+    *queries.GPM_SUMMARY_COLUMNS,
 )
 # in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
 FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
@@ -318,7 +321,7 @@ def gpu_rows(
     """
     names = [part for name in read for part in queries.JOINED.get(name, (name,))]
     if not len(job_ids):
-        return pd.DataFrame(columns=names)
+        return with_gpm(pd.DataFrame(columns=names))
     summarized = len(summary_rows)
     rest = job_ids[~np.isin(job_ids, _job_ids(summary_rows))].tolist()  # sorted, like job_ids
     running: list[tuple[Any, ...]] = []
@@ -350,6 +353,7 @@ def gpu_rows(
                 "missing_seconds": _missing(missing),
                 "source": "intervals",
                 "data_until": t.last_period_end,
+                **_interval_gpm(t),
             }
             running.append(tuple(row[name] for name in read))
         if unsummarized is not None:
@@ -375,7 +379,34 @@ def gpu_rows(
     if not _ascending(keys):
         order = np.concatenate([np.lexsort(keys), np.arange(summarized, len(frame))])
         frame = frame.take(order)
-    return frame
+    return with_gpm(frame)
+
+
+def with_gpm(gpus: pd.DataFrame) -> pd.DataFrame:
+    """`gpus` with every GPM column: one it lacks is unknown (0 seconds, NaN means).
+
+    A frame read without them (a caller's `read`) and GPUs without GPM read alike: not
+    measured, never 0 %.
+    """
+    for name in GPM_COLUMNS:  # (in place, like gpu_rows' categoricals)
+        if name not in gpus.columns:
+            gpus[name] = 0.0 if name == "gpm_seconds" else np.nan
+        elif gpus[name].dtype != float:  # tuples of None (no GPU measured) read as objects
+            gpus[name] = pd.to_numeric(gpus[name]).astype(float)
+    if len(gpus):
+        gpus["gpm_seconds"] = gpus["gpm_seconds"].fillna(0.0)
+    return gpus
+
+
+def _interval_gpm(totals: queries.IntervalTotals) -> dict[str, Any]:
+    """A running job's GPM figures from its intervals' totals (None: not measured)."""
+    return {
+        "gpm_seconds": totals.gpm_seconds,
+        "sm_active_mean_percent": totals.sm_active_mean_percent,
+        "sm_occupancy_mean_percent": totals.sm_occupancy_mean_percent,
+        "tensor_active_mean_percent": totals.tensor_active_mean_percent,
+        "dram_bw_mean_percent": totals.dram_bw_mean_percent,
+    }
 
 
 def _missing(seconds: float) -> float:
@@ -423,6 +454,8 @@ def _unmeasured_rows(
                 "missing_seconds": gpus * seconds,
                 "source": "none",
                 "data_until": None,
+                "gpm_seconds": 0.0,
+                **dict.fromkeys(GPM_COLUMNS[1:]),
             }
             out.append(tuple(row[name] for name in read))
     return out

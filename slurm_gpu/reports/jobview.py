@@ -20,6 +20,25 @@ from slurm_gpu.units import GIB, is_known
 
 BAR = 20
 
+# NVML GPM advice (Hopper and newer). GPU utilization is a duty cycle: the share of time
+# any kernel ran, so one tiny kernel reads 100 %. SM activity is the share of SMs with
+# work: together they tell busy from "busy".
+# Duty cycle at or above this with SM activity below LOW_SM_PERCENT: the GPU is kept
+# "busy" without being used. 80 leaves room for input stalls of a real job; under 10 %
+# of SMs (fewer than ~13 of an H100's 132) even a small model's kernels do not stay.
+BUSY_UTIL_PERCENT = 80.0
+LOW_SM_PERCENT = 10.0
+# Tensor activity below this on a GPU busy at TENSOR_UTIL_PERCENT or more: its tensor
+# cores (most of what a Hopper GPU's FLOPs are, and of its price) did nothing. Any
+# matmul in bf16/fp16/tf32 reads several %; 1 % is measurement noise.
+NO_TENSOR_PERCENT = 1.0
+TENSOR_UTIL_PERCENT = 50.0
+# DRAM bandwidth at or above this with SM activity below MEMORY_BOUND_SM_PERCENT: the
+# kernels wait on memory. Sustained DRAM use over ~60 % of peak is where bandwidth, not
+# compute, sets the pace; SMs half idle with it say they are starved.
+MEMORY_BOUND_DRAM_PERCENT = 60.0
+MEMORY_BOUND_SM_PERCENT = 50.0
+
 
 @dataclass(frozen=True)
 class Thresholds:
@@ -96,6 +115,7 @@ def notes(
             f"{format_elapsed(_f(limit))}. A --time near the real run time (with a margin) "
             "starts sooner: the scheduler backfills short jobs."
         )
+    out += gpm_notes(gpus)
     if any((g.get("missing_seconds") or 0) > 0 for g in gpus):
         if all(not is_known(g.get("util_mean_percent")) for g in gpus):
             out.append(
@@ -108,6 +128,115 @@ def notes(
                 "partial; that time counts as missing, not idle."
             )
     return out
+
+
+def _known(gpu: Mapping[str, Any], name: str) -> float | None:
+    value = gpu.get(name)
+    return float(value) if is_known(value) else None
+
+
+def measured_by_gpm(gpu: Mapping[str, Any]) -> bool:
+    """Whether GPM measured this GPU row (some GPM seconds and an SM activity)."""
+    return (_known(gpu, "gpm_seconds") or 0.0) > 0 and _known(
+        gpu, "sm_active_mean_percent"
+    ) is not None
+
+
+def _names(gpus: Sequence[Mapping[str, Any]]) -> str:
+    return ", ".join(f"{g['node']}/{short(str(g['gpu_uuid']))}" for g in gpus)
+
+
+def _mean(gpus: Sequence[Mapping[str, Any]], name: str) -> float:
+    """`name` over these GPUs, weighted by their GPM seconds."""
+    weights = [(_known(g, "gpm_seconds") or 0.0, _known(g, name) or 0.0) for g in gpus]
+    total = sum(w for w, _ in weights)
+    return sum(w * v for w, v in weights) / total if total > 0 else 0.0
+
+
+def gpm_notes(gpus: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Advice from the GPM figures (SM activity, tensor, DRAM), and where there are none.
+
+    A GPU without GPM is said to be unmeasured, never 0 % active.
+    """
+    out: list[str] = []
+    measured = [g for g in gpus if measured_by_gpm(g)]
+
+    def util(g: Mapping[str, Any]) -> float:
+        return _known(g, "util_mean_percent") or 0.0
+
+    def sm(g: Mapping[str, Any]) -> float:
+        return _known(g, "sm_active_mean_percent") or 0.0
+
+    fake = [g for g in measured if util(g) >= BUSY_UTIL_PERCENT and sm(g) < LOW_SM_PERCENT]
+    if fake:
+        out.append(
+            f"Duty cycle {_mean(fake, 'util_mean_percent'):.0f}% but only "
+            f"{_mean(fake, 'sm_active_mean_percent'):.0f}% of SMs active on {_names(fake)}: "
+            'the kernels keep the GPU "busy" without using it (one small kernel, a spin or '
+            "polling loop, tiny batches). Utilization counts time any kernel runs, not how "
+            "much of the GPU works: give each kernel more work (larger batches) or fewer GPUs."
+        )
+    no_tensor = [
+        g
+        for g in measured
+        if g not in fake
+        and util(g) >= TENSOR_UTIL_PERCENT
+        and (tensor := _known(g, "tensor_active_mean_percent")) is not None
+        and tensor < NO_TENSOR_PERCENT
+    ]
+    if no_tensor:
+        models = ", ".join(sorted({str(g.get("gpu_model") or "?") for g in no_tensor}))
+        out.append(
+            f"No tensor-core use on {_names(no_tensor)} ({models}) although busy "
+            f"({_mean(no_tensor, 'util_mean_percent'):.0f}% utilization): the tensor cores, "
+            "most of what this GPU is bought for, stayed idle. Mixed precision (bf16/fp16 "
+            "autocast, TF32 matmuls) puts the matrix work on them."
+        )
+    bound = [
+        g
+        for g in measured
+        if (_known(g, "dram_bw_mean_percent") or 0.0) >= MEMORY_BOUND_DRAM_PERCENT
+        and sm(g) < MEMORY_BOUND_SM_PERCENT
+    ]
+    if bound:
+        out.append(
+            f"Memory-bandwidth bound on {_names(bound)}: DRAM bandwidth "
+            f"{_mean(bound, 'dram_bw_mean_percent'):.0f}% of its peak while "
+            f"{_mean(bound, 'sm_active_mean_percent'):.0f}% of SMs active: the kernels wait "
+            "on memory. Fused kernels, larger batches or lower precision move fewer bytes "
+            "per operation."
+        )
+    unmeasured = [
+        g
+        for g in gpus
+        if not measured_by_gpm(g) and g.get("gpu_uuid") and g.get("source") != "none"
+    ]
+    by_reason: dict[str, list[Mapping[str, Any]]] = {}
+    for g in unmeasured:
+        by_reason.setdefault(unmeasured_reason(g), []).append(g)
+    for reason, part in by_reason.items():
+        where = "this GPU" if len(part) == 1 else f"these {len(part)} GPUs"
+        out.append(
+            f"SM activity is not measured on {where} ({reason}): {_names(part)}. Its "
+            "utilization is a duty cycle only (time any kernel ran), not how much of it worked."
+        )
+    if measured and unmeasured:
+        gpm = sum(_known(g, "gpm_seconds") or 0.0 for g in gpus)
+        held = sum(_known(g, "gpu_seconds") or 0.0 for g in gpus)
+        out.append(
+            f"The GPM figures (SM activity, tensor, DRAM) are partial: they cover "
+            f"{len(measured)} of {len(gpus)} GPUs, {gpm / 3600.0:.4f} of {held / 3600.0:.4f} "
+            "GPU-hours."
+        )
+    return out
+
+
+def unmeasured_reason(gpu: Mapping[str, Any]) -> str:
+    """Why a GPU row has no GPM figures, in words: its model has no GPM, or none came."""
+    model = str(gpu.get("gpu_model") or "unknown")
+    if gpu.get("gpm_supported") is False:
+        return f"model {model} has no GPM"
+    return f"model {model}: no GPM readings for this job"
 
 
 def stale_nodes(
@@ -222,6 +351,7 @@ def render_job(
             f"  Missing GPU-hours {missing / 3600.0:.4f}{share}: held with no readings "
             "(agent down, GPU lost); neither active nor idle, charged all the same"
         )
+    lines.append(_gpm_totals(job, gpus))
     lines.append("")
     if gpus:
         lines.append(
@@ -246,12 +376,59 @@ def render_job(
             f"{mem_text:>18} "
             f"{bar(_f(mem) / _f(total) if is_known(mem) and total else None)}"
         )
+    lines.extend(_gpm_table(gpus, several))
     advice = notes(job, gpus, limits)
     if advice:
         lines.append("")
         lines.append("Notes:")
         lines.extend(f"  - {n}" for n in advice)
     return "\n".join(lines) + "\n"
+
+
+def _gpm_totals(job: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> str:
+    """The job's GPM line: SM activity, occupancy, tensor, DRAM, effective GPU-hours."""
+    gpm, held = _known(job, "gpm_seconds") or 0.0, _known(job, "gpu_seconds") or 0.0
+    if gpm <= 0 or _known(job, "sm_active_mean_percent") is None:
+        return "  SM activity not measured (no GPU of this job has GPM readings): blank, not 0%"
+    share = f"{100.0 * gpm / held:.0f}%" if held > 0 else "-"
+    partial = any(not measured_by_gpm(g) for g in gpus if g.get("gpu_uuid"))
+    return (
+        f"  SM active {_pct(job.get('sm_active_mean_percent'))}  "
+        f"occupancy {_pct(job.get('sm_occupancy_mean_percent'))}  "
+        f"tensor {_pct(job.get('tensor_active_mean_percent'))}  "
+        f"DRAM BW {_pct(job.get('dram_bw_mean_percent'))}  "
+        f"effective GPU-hours {_hours(job.get('effective_seconds'))}  "
+        f"(GPM measured {share} of the GPU-hours{'; partial' if partial else ''})"
+    )
+
+
+def _gpm_table(gpus: Sequence[Mapping[str, Any]], several: bool) -> list[str]:
+    """Per GPU: the GPM figures, or why there are none (never 0 %)."""
+    shown = [g for g in gpus if g.get("gpu_uuid")]
+    if not shown:
+        return []
+    lines = [
+        "",
+        f"  {'Run ' if several else ''}{'Node':<8} {'GPU':<12} "
+        f"{'SM active':>9} {'Occupancy':>9} {'Tensor':>7} {'DRAM BW':>7} {'Measured':>8}",
+    ]
+    for g in sorted(shown, key=lambda g: (run_of(g), g["node"], g["gpu_uuid"])):
+        run = f"{run_of(g):<4}" if several else ""
+        head = f"  {run}{g['node']:<8} {short(str(g['gpu_uuid'])):<12} "
+        if not measured_by_gpm(g):
+            why = "this model has no GPM" if g.get("gpm_supported") is False else "no GPM readings"
+            lines.append(f"{head}not measured ({why})")
+            continue
+        held = _known(g, "gpu_seconds") or 0.0
+        share = 100.0 * (_known(g, "gpm_seconds") or 0.0) / held if held > 0 else None
+        lines.append(
+            f"{head}{_pct(g.get('sm_active_mean_percent')):>9} "
+            f"{_pct(g.get('sm_occupancy_mean_percent')):>9} "
+            f"{_pct(g.get('tensor_active_mean_percent')):>7} "
+            f"{_pct(g.get('dram_bw_mean_percent')):>7} "
+            f"{f'{share:.0f}%' if share is not None else '-':>8}"
+        )
+    return lines
 
 
 def _hours(seconds: Any) -> str:

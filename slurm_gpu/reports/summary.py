@@ -70,6 +70,8 @@ def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFra
         "mem_gib_seconds",
         "energy_joules",
         "cost",
+        "gpm_seconds",
+        "idle_held_cost",
     ):
         if column in rows:
             rows[column] = rows[column].astype(float) * rows["fraction"]
@@ -168,7 +170,7 @@ def build_report(
 
 
 def _sorted(groups: list[dict[str, Any]], sort: str | None) -> list[dict[str, Any]]:
-    fields = report_fields("")
+    fields = report_fields("", charge="effective")  # every field a report may have
     name = sort or "GPUHours"
     by_lower = {n.lower(): f for n, f in fields.items()}
     chosen = by_lower.get(name.lower())
@@ -195,8 +197,11 @@ def _get(name: str) -> Any:
     return get
 
 
-def report_fields(currency: str, group: str = "user") -> dict[str, Field]:
-    """The columns of a report; the first is the group's name."""
+def report_fields(currency: str, group: str = "user", charge: str = "held") -> dict[str, Field]:
+    """The columns of a report; the first is the group's name.
+
+    IdleHeldCost only where `charge` ([cost] charge) is "effective".
+    """
     cost_unit = f" ({currency})" if currency else ""
     h4 = fixed(4)
     fields = [
@@ -239,6 +244,19 @@ def report_fields(currency: str, group: str = "user") -> dict[str, Field]:
         ),
         Field("EnergyKWh", 9, "GPU energy, kWh", _get("energy_kwh"), fixed(5)),
         Field("Cost", 10, f"Cost by [cost] prices{cost_unit}", _get("cost"), fixed(2)),
+        *(
+            [
+                Field(
+                    "IdleHeldCost",
+                    12,
+                    f"Measured GPU time held with SMs not active, priced apart{cost_unit}",
+                    _get("idle_held_cost"),
+                    fixed(2),
+                )
+            ]
+            if charge == "effective"
+            else []
+        ),
         Field(
             "QueueWaitMean", 13, "Mean Start - Submit, seconds", _get("queue_wait_mean"), fixed(1)
         ),
@@ -247,6 +265,49 @@ def report_fields(currency: str, group: str = "user") -> dict[str, Field]:
             12,
             "95th percentile Start - Submit, seconds",
             _get("queue_wait_p95"),
+            fixed(1),
+        ),
+        # NVML GPM (Hopper and newer): blank where nothing was measured, never 0.
+        Field(
+            "SMActiveAvg",
+            11,
+            "Mean SM activity %, over the GPM-measured GPU-hours",
+            _get("sm_active_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "SMOccupancyAvg",
+            14,
+            "Mean SM occupancy %, over the GPM-measured GPU-hours",
+            _get("sm_occupancy_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "TensorActiveAvg",
+            15,
+            "Mean tensor-core activity %, over the GPM-measured GPU-hours",
+            _get("tensor_active_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "DRAMBWAvg",
+            9,
+            "Mean DRAM bandwidth used, % of peak, over the GPM-measured GPU-hours",
+            _get("dram_bw_mean_percent"),
+            fixed(1),
+        ),
+        Field(
+            "EffectiveGPUHours",
+            17,
+            "GPM-measured GPU-hours x SM activity",
+            _get("effective_gpu_hours"),
+            h4,
+        ),
+        Field(
+            "GPMPct",
+            6,
+            "Share of the GPU-hours GPM measured, % (the rest: not measured)",
+            _get("gpm_percent"),
             fixed(1),
         ),
     ]

@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurm_gpu.reports.figures import FIGURE_KEYS, JOB_TOTAL_KEYS, Groups, figures, grouped_figures
+from slurm_gpu.reports.figures import (
+    FIGURE_KEYS,
+    GPM_COLUMNS,
+    GPM_MEANS,
+    JOB_TOTAL_KEYS,
+    Groups,
+    figures,
+    grouped_figures,
+)
 
 NAN = float("nan")
 # Unknown values arrive as NaN (numbers) or None (texts), as in a prorated frame.
@@ -30,6 +38,13 @@ COLUMNS = {
     "energy_joules": numbers,
     "cost": numbers,
     "queue_wait": numbers,
+    # GPM (Hopper+): NaN means where the GPU has none, seconds NaN or 0 there.
+    "gpm_seconds": numbers,
+    "sm_active_mean_percent": percent,
+    "sm_occupancy_mean_percent": percent,
+    "tensor_active_mean_percent": percent,
+    "dram_bw_mean_percent": percent,
+    "idle_held_cost": numbers,
 }
 rows = st.lists(st.fixed_dictionaries(COLUMNS), max_size=40).map(
     lambda records: pd.DataFrame(records, columns=list(COLUMNS))
@@ -53,9 +68,25 @@ def time_split(part: pd.DataFrame) -> tuple[float, float | None, float | None, f
     return gpu_seconds, active, max(measured - active, 0.0), missing
 
 
+def pandas_gpm(part: pd.DataFrame) -> dict[str, Any]:
+    """GPM seconds, the GPM means weighted by GPM seconds, effective seconds (pandas)."""
+    out: dict[str, Any] = {"gpm_seconds": float(part["gpm_seconds"].sum())}
+    for name in (*GPM_MEANS, "effective"):
+        column = "sm_active_mean_percent" if name == "effective" else name
+        known = part[part[column].notna()]
+        weight = known["gpm_seconds"].fillna(0.0)
+        total = float((known[column] * weight).sum())
+        if name == "effective":
+            out["effective_seconds"] = total / 100.0 if float(weight.sum()) > 0 else None
+        else:
+            out[name] = total / float(weight.sum()) if float(weight.sum()) > 0 else None
+    return out
+
+
 def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
     """The figures as a plain pandas computation over one group's rows."""
     gpu_seconds, active, idle, missing = time_split(part)
+    gpm = pandas_gpm(part)
     known = part[part["util_mean_percent"].notna()]
     weight = float(known["gpu_seconds"].sum())
     weighted = (known["util_mean_percent"] * known["gpu_seconds"]).sum()
@@ -76,6 +107,13 @@ def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
         "cost": float(part["cost"].sum()),
         "queue_wait_mean": float(waits.mean()) if len(waits) else None,
         "queue_wait_p95": float(waits.quantile(0.95)) if len(waits) else None,
+        "gpm_gpu_hours": gpm["gpm_seconds"] / 3600.0,
+        "gpm_percent": 100.0 * gpm["gpm_seconds"] / gpu_seconds if gpu_seconds > 0 else None,
+        **{name: gpm[name] for name in GPM_MEANS},
+        "effective_gpu_hours": None
+        if gpm["effective_seconds"] is None
+        else gpm["effective_seconds"] / 3600.0,
+        "idle_held_cost": float(part["idle_held_cost"].sum()),
     }
 
 
@@ -107,7 +145,16 @@ def test_totals_add_up_the_groups(frame: pd.DataFrame) -> None:
     frame = frame.assign(user=frame["user"].fillna(""))
     groups = [f for _, f in grouped_figures(frame, "user")]
     total = figures(frame)
-    for key in ("gpu_hours", "active_gpu_hours", "missing_gpu_hours", "gpu_mem_hours", "cost"):
+    for key in (
+        "gpu_hours",
+        "active_gpu_hours",
+        "missing_gpu_hours",
+        "gpu_mem_hours",
+        "cost",
+        "gpm_gpu_hours",
+        "effective_gpu_hours",
+        "idle_held_cost",
+    ):
         expected = math.fsum(g[key] or 0.0 for g in groups)
         assert expected == pytest.approx(total[key] or 0.0, rel=1e-12, abs=1e-9)
     assert total["users"] == sum(g["users"] for g in groups)
@@ -151,6 +198,8 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
             "cost": float(part["cost"].sum()),
             "data_until": part["data_until"].max(),
             "source": "summary",
+            **pandas_gpm(part),
+            "idle_held_cost": float(part["idle_held_cost"].sum()),
         }
         expected.append((key, totals))
     actual = Groups(frame, "job_id").job_totals()
@@ -161,3 +210,39 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
 
 def _comparable(groups: list[tuple[Any, dict[str, Any]]]) -> list[tuple[Any, dict[str, Any]]]:
     return [(k, {**t, "data_until": repr(float(t["data_until"]))}) for k, t in groups]
+
+
+def test_rows_without_gpm_have_unknown_gpm_figures() -> None:
+    """Rows from before GPM (no GPM columns) or of GPUs without it: blank, never 0 %."""
+    old = pd.DataFrame(
+        {"job_id": [1], "user": ["a"], "account": ["x"], "gpu_seconds": [3600.0],
+         "active_seconds": [3600.0], "missing_seconds": [0.0], "util_mean_percent": [97.0],
+         "mem_gib_seconds": [0.0], "energy_joules": [1.0], "cost": [2.0], "queue_wait": [0.0]}
+    )  # fmt: skip
+    unmeasured = old.assign(gpm_seconds=0.0, **dict.fromkeys(GPM_MEANS, NAN))
+    for frame in (old, unmeasured):
+        total = figures(frame)
+        assert [None] * 5 == [total[k] for k in (*GPM_MEANS, "effective_gpu_hours")]
+        assert (0.0, 0.0, None) == (
+            total["gpm_gpu_hours"],
+            total["gpm_percent"],
+            total["idle_held_cost"],
+        )
+    assert set(GPM_COLUMNS) <= set(unmeasured.columns)
+
+
+def test_gpm_means_weight_measured_seconds_only() -> None:
+    """An H100 measured 3000 s at 30 % SM next to an A100 (no GPM): 30 %, over 3000 s only."""
+    frame = pd.DataFrame(
+        {"job_id": [1, 1], "user": ["a", "a"], "account": ["x", "x"],
+         "gpu_seconds": [3600.0, 3600.0], "active_seconds": [3600.0, 3600.0],
+         "missing_seconds": [0.0, 0.0], "util_mean_percent": [90.0, 90.0],
+         "mem_gib_seconds": [0.0, 0.0], "energy_joules": [1.0, 1.0], "cost": [1.0, 1.0],
+         "queue_wait": [0.0, 0.0], "gpm_seconds": [3000.0, 0.0],
+         "sm_active_mean_percent": [30.0, NAN], "sm_occupancy_mean_percent": [20.0, NAN],
+         "tensor_active_mean_percent": [60.0, NAN], "dram_bw_mean_percent": [10.0, NAN]}
+    )  # fmt: skip
+    total = figures(frame)
+    assert (30.0, 20.0, 60.0, 10.0) == tuple(total[k] for k in GPM_MEANS)
+    assert 3000.0 * 0.3 / 3600.0 == pytest.approx(total["effective_gpu_hours"])
+    assert 100.0 * 3000.0 / 7200.0 == pytest.approx(total["gpm_percent"])

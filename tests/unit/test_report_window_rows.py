@@ -11,6 +11,7 @@ import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.models import JobGpuSummary
+from slurm_gpu.reports.figures import GPM_COLUMNS
 from slurm_gpu.reports.frames import FIGURE_GPU_COLUMNS, FIGURE_JOB_COLUMNS, GPU_COLUMNS
 from slurm_gpu.reports.usage import load_usage, with_job_listing
 from slurm_gpu.store import Store
@@ -85,7 +86,8 @@ def test_summary_rows_in_window_are_summaries_of_the_window_jobs(store: Store) -
     actual = store_usage.summary_rows_in_window(store, NOV, DEC)
     assert expected == actual
     assert [(2, "n1", "G-a"), (2, "n1", "G-z"), (2, "n2", "G-b")] == [r[:3] for r in actual[:3]]
-    assert list(store_usage.SUMMARY_ROW_COLUMNS) == GPU_COLUMNS
+    assert [*store_usage.SUMMARY_ROW_COLUMNS, *store_usage.GPM_SUMMARY_COLUMNS] == GPU_COLUMNS
+    assert list(GPM_COLUMNS) == list(store_usage.GPM_SUMMARY_COLUMNS)  # one name each
 
 
 def test_open_window_reads_every_job_with_a_time(store: Store) -> None:
