@@ -1,9 +1,11 @@
-"""A spool left by the previous release is read and shipped by this agent, nothing lost.
+"""A spool left by an earlier release is read and shipped by this agent, nothing lost.
 
 The agent is upgraded on nodes whose spool still holds rows (a store outage, jobs running
 across the upgrade). `PREVIOUS_LAYOUT` and the `INSERT`s below are the previous release's
 DDL and row shapes as it wrote them (unversioned, positional), copied here on purpose:
 they must not follow later changes to spool.py, or this test would prove nothing.
+`LAYOUT_2` is the same for the release before GPM (issue #13): layout 2, runs of
+requeued jobs, before the GPM columns of layout 3.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from slurm_gpu.models import (
     JobGpuSummary,
     LostGpu,
 )
-from slurm_gpu.node.attribution import JobSpan
+from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import SCHEMA_VERSION, Spool, SpoolError
 
@@ -441,3 +443,194 @@ def test_reopening_a_current_spool_keeps_its_rows(upgraded: Spool) -> None:
     again = Spool(upgraded.path)
 
     assert (SCHEMA_VERSION, 5) == (user_version(again.path), again.backlog())
+
+
+# --- layout 2 (runs of requeued jobs, issue #11) -> layout 3 (GPM, issue #13) ----------
+
+# The tables as spool layout 2 left them (user_version 2): layout 1's, with `restart`
+# appended to pieces, spans and job_acc and in their keys.
+LAYOUT_2 = """
+CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL UNIQUE,
+    payload TEXT NOT NULL
+);
+CREATE TABLE pieces (uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
+    start REAL NOT NULL, end REAL NOT NULL,
+    util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
+    util_max REAL, util_min REAL, active_seconds REAL NOT NULL,
+    covered_seconds REAL NOT NULL, mem_max INTEGER, mem_total INTEGER,
+    power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
+    temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT '',
+    restart INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (uuid, job_id, restart, period_start));
+CREATE TABLE spans (job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
+    start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT,
+    restart INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, restart, slurm_index));
+CREATE TABLE job_acc (job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
+    covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
+    util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
+    active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
+    mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0,
+    restart INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (job_id, restart, uuid));
+CREATE TABLE gpu_state (
+    uuid TEXT PRIMARY KEY, last_read REAL, last_sample REAL, last_energy REAL
+);
+CREATE TABLE quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    error TEXT NOT NULL,
+    quarantined_at REAL NOT NULL
+);
+PRAGMA user_version = 2;
+"""
+
+# Run 1 of job 9 (requeued once) on GPU-H, an H100 read by the release before GPM.
+SUMMARY_2: dict[str, Any] = {**SUMMARY, "job_id": 4, "restart": 1}
+INTERVAL_2: dict[str, Any] = {**INTERVAL, "job_id": 9, "gpu_uuid": "GPU-H"}
+
+
+def write_layout_2_spool(path: Path) -> None:
+    """A layout-2 spool: queued rows, and run 1 of job 9 ended with an open period."""
+    db = sqlite3.connect(str(path), isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.executescript(LAYOUT_2)
+    for kind, key, payload in (
+        ("interval", f"gpu1:GPU-H:{T0!r}", INTERVAL_2),
+        ("summary", "4:gpu1:GPU-B:1", SUMMARY_2),
+    ):
+        db.execute(
+            "INSERT INTO outbox (kind, key, payload) VALUES (?, ?, ?)",
+            (kind, key, json.dumps(payload)),
+        )
+    db.execute(
+        "INSERT INTO pieces (uuid, job_id, period_start, start, end, util_sum, util_count,"
+        " util_max, util_min, active_seconds, covered_seconds, mem_max, mem_total,"
+        " power_joules, power_seconds, energy, temp_max, ecc, unallocated, restart)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        ("GPU-H", 9, T0 + 60, T0 + 60, T0 + 90, 240.0, 3, 90.0, 70.0, 30.0, 30.0, GIB, None,
+         3000.0, 30.0, 3000.0, 50.0, 0, "", 1),
+    )  # fmt: skip
+    db.execute(
+        "INSERT INTO spans (job_id, slurm_index, start, end, user, account, partition, restart)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (9, 0, T0, T0 + 90, "alice", "physics", "gpu", 1),
+    )
+    db.execute(
+        "INSERT INTO job_acc (job_id, uuid, model, covered, util_sum, util_count, util_max,"
+        " active_seconds, mem_max, mem_gib_seconds, energy, readings, restart)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (9, "GPU-H", "NVIDIA H100", 80.0, 640.0, 8, 90.0, 80.0, GIB, 80.0, 8000.0, 8, 1),
+    )
+    db.close()
+
+
+@pytest.fixture
+def from_layout_2(tmp_path: Path) -> Spool:
+    """A layout-2 spool, opened by this agent."""
+    path = tmp_path / "spool.db"
+    write_layout_2_spool(path)
+    return Spool(path)
+
+
+def test_layout_2_spool_is_upgraded_in_place(from_layout_2: Spool) -> None:
+    """Opening a layout-2 spool stamps it with this version; its queued rows and spans stay."""
+    expected = (SCHEMA_VERSION, 2, [JobSpan(9, 0, T0, T0 + 90, "alice", "physics", "gpu", 1)])
+
+    assert expected == (
+        user_version(from_layout_2.path),
+        from_layout_2.backlog(),
+        from_layout_2.spans(),
+    )
+
+
+def test_layout_2_queued_rows_ship_unchanged_and_unmeasured(from_layout_2: Spool) -> None:
+    """Rows queued before GPM decode as they were, with gpm_seconds 0 and no GPM figures."""
+    store = RecordingStore()
+    Shipper(from_layout_2, store, "gpu1").drain()
+
+    assert (
+        [GpuInterval(**{**INTERVAL_2, "unallocated_pids": ()})],
+        [JobGpuSummary(**SUMMARY_2)],
+        (0.0, None),
+    ) == (
+        store.intervals,
+        store.summaries,
+        (store.summaries[0].gpm_seconds, store.summaries[0].sm_active_mean_percent),
+    )
+
+
+def test_layout_2_run_totals_become_its_summary_unmeasured(from_layout_2: Spool) -> None:
+    """Run 1 of job 9, totalled by layout 2, is summarized whole: GPM not measured."""
+    with from_layout_2.transaction() as db:
+        (summary,) = Spool.finish_job(db, "gpu1", 9, {0: "GPU-H"}, restart=1)
+
+    expected = JobGpuSummary(
+        job_id=9,
+        node="gpu1",
+        gpu_uuid="GPU-H",
+        gpu_model="NVIDIA H100",
+        start=T0,
+        end=T0 + 90,
+        gpu_seconds=90.0,
+        util_mean_percent=80.0,
+        util_max_percent=90.0,
+        active_seconds=80.0,
+        mem_max_bytes=GIB,
+        mem_gib_seconds=80.0,
+        energy_joules=8000.0,
+        reading_count=8,
+        missing_seconds=10.0,
+        user="alice",
+        account="physics",
+        partition="gpu",
+        restart=1,
+        gpm_seconds=0.0,
+        sm_active_mean_percent=None,
+    )
+    assert expected == summary
+
+
+def test_layout_2_open_period_gains_gpm_read_after_the_upgrade(from_layout_2: Spool) -> None:
+    """The first GPM piece after the upgrade merges into the period layout 2 left open.
+
+    (T0+90, T0+100] at 40% SM activity joins the 30 s read before GPM: the interval's
+    mean is over the 10 GPM seconds only, and its other totals keep the older reads.
+    """
+    piece = Piece(
+        start=T0 + 90,
+        end=T0 + 100,
+        period_start=T0 + 60,
+        job_id=9,
+        restart=1,
+        util_sum=800.0,
+        util_count=10,
+        util_max=80.0,
+        util_min=80.0,
+        active_count=10,
+        mem_used_bytes=GIB,
+        power_watts=100.0,
+        energy_joules=1000.0,
+        gpm_seconds=10.0,
+        sm_active_percent=40.0,
+        tensor_active_percent=55.0,
+    )
+    with from_layout_2.transaction() as db:
+        Spool.add_piece(db, "GPU-H", "NVIDIA H100", piece, None, 50.0, 0, ())
+        Spool.seal_job(db, "gpu1", 9, 1)
+    store = RecordingStore()
+    Shipper(from_layout_2, store, "gpu1").drain()
+
+    (interval,) = [i for i in store.intervals if i.period_start == T0 + 60]
+    assert (T0 + 100, 40.0, 13, 10.0, 40.0, None, 55.0, None) == (
+        interval.period_end,
+        interval.covered_seconds,
+        interval.util_sample_count,
+        interval.gpm_seconds,
+        interval.sm_active_mean_percent,
+        interval.sm_occupancy_mean_percent,
+        interval.tensor_active_mean_percent,
+        interval.dram_bw_mean_percent,
+    )
