@@ -13,12 +13,24 @@ Operations:
     {"op": "timed_energy", "index": 0}   [read time, energy mJ]
     {"op": "sampler", "index": 0, "seconds": S}   samples/energy before and after S seconds
     {"op": "time"} / {"op": "sleep", "seconds": S}
+    {"op": "gpm_sample", "index": 0, "name": "a"[, "mig": GI]}   nvmlGpmSampleGet (or
+        nvmlGpmMigSampleGet) into the sample called "a" (allocated on first use);
+        {"t": time of the call} or {"error": ...}
+    {"op": "gpm_alloc", "name": "a"} / {"op": "gpm_free", "name": "a"}   nvmlGpmSampleAlloc/Free
+    {"op": "gpm_metrics", "s1": "a", "s2": "b", "ids": [2, 5][, "version": 1]}
+        nvmlGpmMetricsGet as an agent builds it; {"2": value, "4": {"ret": 3}, ...}
+    {"op": "gpm_support_raw", "index": 0, "version": V}   the C call with any struct version
+    {"op": "sleep_until", "t": T}   sleeps until epoch time T
+    {"op": "flock", "path": P} / {"op": "unlock", "path": P}   holds / drops flock(P) (its
+        own open file, so the library's flock on P from this process fails meanwhile)
 """
 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -124,6 +136,58 @@ def sampler(index: int, seconds: float) -> dict[str, Any]:
     }
 
 
+SAMPLES: dict[str, Any] = {}  # GPM samples by the name the ops give them
+LOCKS: dict[str, int] = {}  # held flock file descriptors by path
+
+
+def gpm_sample(index: int, name: str, mig: int | None) -> Any:
+    """Allocates sample `name` on first use, then reads it from device `index`."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    if name not in SAMPLES:
+        SAMPLES[name] = pynvml.nvmlGpmSampleAlloc()
+    before = time.time()
+    if mig is None:
+        result = guarded(pynvml.nvmlGpmSampleGet, handle, SAMPLES[name])
+    else:
+        result = guarded(pynvml.nvmlGpmMigSampleGet, handle, mig, SAMPLES[name])
+    if isinstance(result, dict) and "error" in result:
+        return result
+    return {"t": (before + time.time()) / 2}
+
+
+def gpm_metrics(s1: str, s2: str, ids: list[int], version: int) -> Any:
+    """nvmlGpmMetricsGet between two named samples: id -> value, or {"ret": code}."""
+    query = pynvml.c_nvmlGpmMetricsGet_t()
+    query.version = version
+    query.numMetrics = len(ids)
+    query.sample1 = SAMPLES[s1]
+    query.sample2 = SAMPLES[s2]
+    for i, metric_id in enumerate(ids):
+        query.metrics[i].metricId = metric_id
+    try:
+        pynvml.nvmlGpmMetricsGet(query)
+    except pynvml.NVMLError as exc:
+        return {"error": type(exc).__name__}
+    out: dict[str, Any] = {}
+    for i, metric_id in enumerate(ids):
+        m = query.metrics[i]
+        out[str(metric_id)] = (
+            m.value if m.nvmlReturn == pynvml.NVML_SUCCESS else {"ret": m.nvmlReturn}
+        )
+    return out
+
+
+def gpm_support_raw(index: int, version: int) -> dict[str, int]:
+    """nvmlGpmQueryDeviceSupport with a struct of any version, as C sees it."""
+    handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+    fn = pynvml._nvmlGetFunctionPointer("nvmlGpmQueryDeviceSupport")
+    support = pynvml.c_nvmlGpmSupport_t()
+    support.version = version
+    support.isSupportedDevice = 7  # so an untouched field shows
+    ret = fn(handle, ctypes.byref(support))
+    return {"ret": ret, "isSupportedDevice": support.isSupportedDevice}
+
+
 def run(op: dict[str, Any]) -> Any:
     """The JSON result of one op ({"op": "devices"}, {"op": "call", "fn": ...}, ...)."""
     kind = op["op"]
@@ -146,6 +210,28 @@ def run(op: dict[str, Any]) -> Any:
         return timed_energy(pynvml.nvmlDeviceGetHandleByIndex(op["index"]))
     if kind == "sampler":
         return sampler(op["index"], op["seconds"])
+    if kind == "gpm_sample":
+        return gpm_sample(op["index"], op["name"], op.get("mig"))
+    if kind == "gpm_alloc":
+        SAMPLES[op["name"]] = pynvml.nvmlGpmSampleAlloc()
+        return None
+    if kind == "sleep_until":
+        time.sleep(max(0.0, op["t"] - time.time()))
+        return None
+    if kind == "flock":
+        LOCKS[op["path"]] = os.open(op["path"], os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(LOCKS[op["path"]], fcntl.LOCK_EX)
+        return None
+    if kind == "unlock":
+        os.close(LOCKS.pop(op["path"]))
+        return None
+    if kind == "gpm_free":
+        return guarded(pynvml.nvmlGpmSampleFree, SAMPLES[op["name"]])
+    if kind == "gpm_metrics":
+        version = op.get("version", pynvml.NVML_GPM_METRICS_GET_VERSION)
+        return gpm_metrics(op["s1"], op["s2"], op["ids"], version)
+    if kind == "gpm_support_raw":
+        return gpm_support_raw(op["index"], op["version"])
     if kind == "call":
         fn = getattr(pynvml, op["fn"])
         args = op.get("args", [])
