@@ -27,6 +27,7 @@ __all__ = [
     "HotNodeSettings",
     "IdleGpuSettings",
     "JobPolicySettings",
+    "LowEfficiencySettings",
     "MaxRuntimeSettings",
     "NotifySettings",
     "PolicySettings",
@@ -194,6 +195,9 @@ class IdleGpuSettings(JobPolicySettings):
 
     Which GPU is idle is `[node] active_threshold_percent`'s call: the agent records the
     active samples with it, and this policy reads the same key (see `slurm_gpu.activity`).
+    With `signal = "sm_active"` it is `[node] sm_active_threshold_percent`'s, applied to
+    the GPU's SM activity (NVML GPM, Hopper and newer); a GPU whose SM activity is not
+    measured is judged by utilization, and the verdict says so.
     """
 
     REMOVED_KEYS: ClassVar[dict[str, str]] = {
@@ -223,6 +227,13 @@ class IdleGpuSettings(JobPolicySettings):
         default="sliding",
         metadata=doc('"sliding": idle since the last use; "from_start": never used since start.'),
     )
+    signal: Literal["util", "sm_active"] = field(
+        default="util",
+        metadata=doc(
+            '"util": idle by utilization (duty cycle); "sm_active": by SM activity (GPM),'
+            " utilization where it is not measured."
+        ),
+    )
     memory_only_is_idle: bool = field(
         default=True,
         metadata=doc("A GPU holding memory but doing no compute counts as idle."),
@@ -244,6 +255,59 @@ def _check_idle_gpu(settings: IdleGpuSettings) -> str | None:
             f"warn_after ({format_duration(settings.warn_after)}), so users are warned first"
         )
     return None
+
+
+def _check_low_efficiency_action(action: str) -> str | None:
+    if action == "notify":
+        return None
+    hint = ""
+    if action == "cancel":
+        hint = (
+            "; this policy never cancels: to end jobs whose SMs stay idle, set [policy.idle_gpu]"
+            ' signal = "sm_active" (warned first, with its grace period)'
+        )
+    return f'expected "notify", got {json.dumps(action)}{hint}'
+
+
+@dataclass(frozen=True)
+class LowEfficiencySettings(JobPolicySettings):
+    """[policy.low_efficiency]: tell the user about GPUs that look busy but barely compute.
+
+    NVML's utilization is a duty cycle: one tiny kernel on one SM reads 100%. Where GPM
+    measures SM activity (Hopper and newer), a GPU whose utilization stayed at or above
+    `min_util_percent` while its SM activity stayed below `max_sm_active_percent` for
+    `notice_after` earns its job a notice. GPUs without GPM are never judged (unknown is
+    never inefficient). It only ever notifies: ending such jobs is `[policy.idle_gpu]
+    signal = "sm_active"`'s job, with its warnings and grace period.
+    """
+
+    min_util_percent: float = field(
+        default=80.0,
+        metadata=doc(
+            "Utilization (duty cycle) at or above this counts as looking busy.",
+            minimum=0,
+            maximum=100,
+        ),
+    )
+    max_sm_active_percent: float = field(
+        default=10.0,
+        metadata=doc(
+            "SM activity below this, while looking busy, counts as barely computing.",
+            above=0,
+            maximum=100,
+        ),
+    )
+    notice_after: Duration = field(
+        default=Duration(30 * 60.0),
+        metadata=doc("Notify when a GPU looked busy but barely computed this long.", above=0),
+    )
+    action: str = field(
+        default="notify",
+        metadata=doc(
+            '"notify" (the only action: this policy never cancels).',
+            check=_check_low_efficiency_action,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -322,6 +386,10 @@ class PolicySettings:
     idle_gpu: IdleGpuSettings = field(
         default_factory=IdleGpuSettings,
         metadata=doc("Idle-GPU reclamation.", check=_check_idle_gpu),
+    )
+    low_efficiency: LowEfficiencySettings = field(
+        default_factory=LowEfficiencySettings,
+        metadata=doc("Notices about GPUs that look busy but barely compute (GPM)."),
     )
     max_runtime: MaxRuntimeSettings = field(
         default_factory=MaxRuntimeSettings, metadata=doc("Maximum job runtime.")

@@ -2,12 +2,15 @@
 
 The same `evaluate()` the controller runs, replayed every [controller] interval over the
 jobs and GPU intervals in the store, with the GPU activity each step would have seen
-rebuilt from the intervals (newest reading, newest busy interval). Warnings start grace
-periods and cancellations end jobs, as live; notices (some of a job's GPUs idle) are
-listed as the live controller audits them, once per job. So a backtest and an enforcing
-run over the same window list the same warnings, notices and cancellations, an admin can
-try thresholds in dry-run before enforcing, and see the GPU-hours each policy would have
-returned.
+rebuilt from the intervals (newest reading, newest busy interval; with `[policy.idle_gpu]
+signal = "sm_active"` the newest interval whose mean SM activity is at or above `[node]
+sm_active_threshold_percent`, utilization where GPM measured nothing). Warnings start grace
+periods and cancellations end jobs, as live; notices (some of a job's GPUs idle, or
+low_efficiency's GPUs that looked busy while barely computing, judged from the same
+intervals as live) are listed as the live controller audits them, once per job. So a
+backtest and an enforcing run over the same window list the same warnings, notices and
+cancellations, an admin can try thresholds in dry-run before enforcing, and see the
+GPU-hours each policy would have returned.
 
 Quotas, hot nodes and unallocated use depend on state outside the jobs' own history and
 are not replayed.
@@ -19,13 +22,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from slurm_gpu.access import Scope
+from slurm_gpu.activity import is_active
 from slurm_gpu.config import Config
 from slurm_gpu.models import Action, Exemption, GpuActivity, GpuInterval, SlurmJob
 from slurm_gpu.policy.rules import evaluate
+from slurm_gpu.policy.rules.context import sm_threshold
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import HistoricJob
 
-JOB_POLICIES = ("idle_gpu", "max_runtime")
+JOB_POLICIES = ("idle_gpu", "low_efficiency", "max_runtime")
 
 
 @dataclass
@@ -48,10 +53,12 @@ class BacktestResult:
     step: float
     jobs: int
     policies: dict[str, PolicyOutcome]
+    signal: str = "util"
+    """What idle_gpu judged idle by ([policy.idle_gpu] signal)."""
 
 
 def _activity(
-    job: HistoricJob, rows: list[GpuInterval], t: float, period: float
+    job: HistoricJob, rows: list[GpuInterval], t: float, period: float, sm_threshold: float
 ) -> list[GpuActivity]:
     """What the agent's activity rows would have said at `t`, from sealed intervals."""
     by_gpu: dict[tuple[str, str], list[GpuInterval]] = defaultdict(list)
@@ -62,6 +69,15 @@ def _activity(
     for index, ((node, uuid), seen) in enumerate(sorted(by_gpu.items())):
         newest = max(r.period_end for r in seen)
         busy = [min(r.period_end, t) for r in seen if r.active_seconds > 0]
+        # SM activity: an interval's mean stands for its GPM windows (the agent judged
+        # each window; the store keeps the mean), None where GPM measured none of it.
+        measured = [r for r in seen if r.gpm_seconds > 0 and r.sm_active_mean_percent is not None]
+        sm_busy = [
+            min(r.period_end, t)
+            for r in measured
+            if is_active(r.sm_active_mean_percent or 0.0, sm_threshold)
+        ]
+        newest_sm = max(measured, key=lambda r: r.period_end, default=None)
         out.append(
             GpuActivity(
                 job_id=job.job_id,
@@ -76,6 +92,10 @@ def _activity(
                 util_recent_percent=None,
                 mem_used_bytes=max((r.mem_used_max_bytes or 0 for r in seen), default=None),
                 process_count=None,
+                sm_active_recent_percent=(
+                    None if newest_sm is None else newest_sm.sm_active_mean_percent
+                ),
+                last_sm_active=max(sm_busy) if sm_busy else None,
             )
         )
     return out
@@ -97,6 +117,7 @@ def backtest(
     """
     step = step or float(config.controller.interval)
     period = max(float(config.store.ship_aggregate), float(config.node.interval))
+    threshold = sm_threshold(config)
     control = store.control
     history = [
         j
@@ -136,13 +157,19 @@ def backtest(
             )
             for j in running
         ]
-        activity = [a for j in running for a in _activity(j, intervals[j.job_id], t, period)]
+        activity = [
+            a for j in running for a in _activity(j, intervals[j.job_id], t, period, threshold)
+        ]
+        # What the store held at t, for low_efficiency (as `_activity` sees it).
+        seen = [r for j in running for r in intervals[j.job_id] if r.period_start < t]
         # A warning counts as given up to one step earlier: where inside the step the
         # live cycle fell is unknown.
         earlier = {key: at - step for key, at in warned.items()}
         verdicts = [
             v
-            for v in evaluate(jobs, activity, t, config, exemptions=exemptions, warned=earlier)
+            for v in evaluate(
+                jobs, activity, t, config, exemptions=exemptions, warned=earlier, intervals=seen
+            )
             if v.policy in JOB_POLICIES and v.job_id is not None
         ]
         flagged = set()
@@ -167,4 +194,6 @@ def backtest(
             job = by_id[job_id]
             real_end = job.end if job.end is not None else until
             outcome.gpu_hours_returned += max(0.0, real_end - at) * job.gpus / 3600
-    return BacktestResult(since, until, step, len(history), outcomes)
+    return BacktestResult(
+        since, until, step, len(history), outcomes, signal=config.policy.idle_gpu.signal
+    )

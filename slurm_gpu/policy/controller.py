@@ -144,6 +144,7 @@ class Controller:
         self._lease_attempt: threading.Thread | None = None
         # This cycle's inputs, for the exemptions' SKIP rows.
         self._activity: list[GpuActivity] = []
+        self._intervals: list[GpuInterval] = []
         self._warned_now: dict[tuple[int, str], float] = {}
 
     @property
@@ -423,7 +424,17 @@ class Controller:
         """This cycle's verdicts, and the exemptions in force that they were judged with."""
         running = [j.job_id for j in jobs if j.state.upper() == "RUNNING"]
         self._activity = self.store.activity(running)
-        recent = self.store.intervals(since=self._recent_intervals_window(now))
+        # One read serves node health and stray processes (the last few shipping periods)
+        # and low_efficiency (its notice_after, and a shipping period more, of the
+        # running jobs' intervals).
+        recent_since = self._recent_intervals_window(now)
+        since = recent_since
+        if self.config.policy.low_efficiency.enabled and running:
+            since = min(since, self._efficiency_window(now))
+        read = self.store.intervals(since=since)
+        recent = [r for r in read if r.period_end > recent_since]
+        running_ids = set(running)
+        self._intervals = [r for r in read if r.job_id in running_ids]
         records = self.control.exemptions(now)
         exemptions = [
             Exemption(e.scope, e.policy, e.until, e.reason, e.created_by) for e in records
@@ -443,6 +454,7 @@ class Controller:
             quota_applied=self._quota_applied({j.job_id for j in jobs}),
             node_health=self._node_health(recent, drained),
             unallocated=self._unallocated(recent),
+            intervals=self._intervals,
         )
         self._warned_now = warned
         return verdicts, records
@@ -453,7 +465,9 @@ class Controller:
         self, jobs: list[SlurmJob], records: list[ExemptionRecord], now: float
     ) -> list[Verdict]:
         """SKIP verdicts: a job policy would have acted on a job but for an exemption."""
-        return skip_verdicts(jobs, records, self._activity, now, self.config, self._warned_now)
+        return skip_verdicts(
+            jobs, records, self._activity, now, self.config, self._warned_now, self._intervals
+        )
 
     def _expired_exemptions(self, jobs: list[SlurmJob], now: float) -> list[Verdict]:
         """EXPIRE records of exemptions that ended since the last cycle (once each)."""
@@ -585,6 +599,11 @@ class Controller:
 
     def _recent_intervals_window(self, now: float) -> float:
         return now - 3 * float(self.store_period())
+
+    def _efficiency_window(self, now: float) -> float:
+        """How far back low_efficiency reads: its notice_after and two shipping periods."""
+        notice_after = float(self.config.policy.low_efficiency.notice_after)
+        return now - notice_after - 2 * float(self.store_period())
 
     def store_period(self) -> float:
         """How far back "recent" readings reach: a shipping period plus an agent interval."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from slurm_gpu.config import Config
-from slurm_gpu.models import Action, GpuActivity, SlurmJob, Verdict
+from slurm_gpu.models import Action, GpuActivity, GpuInterval, SlurmJob, Verdict
 from slurm_gpu.policy.rules import evaluate
 from slurm_gpu.store.control import EVERY_POLICY, ExemptionRecord
 
@@ -42,6 +42,7 @@ def skip_verdicts(
     now: float,
     config: Config,
     warned: Mapping[tuple[int, str], float],
+    intervals: Sequence[GpuInterval] = (),
 ) -> list[Verdict]:
     """SKIP verdicts: a job policy would have acted on a job but for an exemption.
 
@@ -56,6 +57,7 @@ def skip_verdicts(
         now: the cycle's time.
         config: the loaded configuration.
         warned: the warnings of the current episodes, as the cycle evaluated with.
+        intervals: the running jobs' recent GPU intervals, as the cycle evaluated with.
     """
     covered = {job.job_id: found for job in jobs if (found := exemptions_of(job, records))}
     if not covered:
@@ -63,7 +65,7 @@ def skip_verdicts(
     exempt_jobs = [j for j in jobs if j.job_id in covered]
     by_id = {j.job_id: j for j in exempt_jobs}
     out = []
-    for v in evaluate(exempt_jobs, activity, now, config, warned=warned):
+    for v in evaluate(exempt_jobs, activity, now, config, warned=warned, intervals=intervals):
         if v.job_id is None or v.action not in WOULD:
             continue
         record = next((r for r in covered[v.job_id] if r.policy in ("", v.policy)), None)

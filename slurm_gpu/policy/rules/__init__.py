@@ -11,6 +11,13 @@ Policies (config in `slurm_gpu.config.policy`):
   at `cancel_after`, but only once a warning for the current idle stretch was recorded at
   least `cancel_after - warn_after` ago (the user always gets that long to react). A job
   with some idle and some busy GPUs gets a NOTICE, never a cancel.
+  With `signal = "sm_active"` idle means SM activity (GPM) below `[node]
+  sm_active_threshold_percent`; GPUs without it are judged by utilization, as the
+  verdict says.
+- low_efficiency: a running job with a GPU that looked busy (utilization at or above
+  `min_util_percent`) while its SM activity stayed below `max_sm_active_percent` for
+  `notice_after` gets a NOTICE, never a cancel; GPUs without GPM are never judged. It
+  reads the job's stored intervals (`evaluate(intervals=...)`).
 - max_runtime: a running GPU job is warned `warn_before` its limit and cancelled (or its
   Slurm time limit capped) at the limit, again only after a warning at least
   `warn_before` old. Jobs whose own Slurm time limit ends first are left to Slurm.
@@ -46,6 +53,7 @@ from slurm_gpu.config import Config
 from slurm_gpu.models import (
     Exemption,
     GpuActivity,
+    GpuInterval,
     NodeHealth,
     QuotaApplied,
     QuotaUsage,
@@ -57,11 +65,13 @@ from slurm_gpu.policy.rules.context import (
     GPU_QUOTA,
     HOT_NODE,
     IDLE_GPU,
+    LOW_EFFICIENCY,
     MAX_RUNTIME,
     UNALLOCATED_USE,
     Context,
     holds_gpus,
 )
+from slurm_gpu.policy.rules.efficiency import low_efficiency
 from slurm_gpu.policy.rules.idle import MIB, idle_gpu
 from slurm_gpu.policy.rules.nodes import hot_node, unallocated_use
 from slurm_gpu.policy.rules.quota import quotas
@@ -71,6 +81,7 @@ __all__ = [
     "GPU_QUOTA",
     "HOT_NODE",
     "IDLE_GPU",
+    "LOW_EFFICIENCY",
     "MAX_RUNTIME",
     "MIB",
     "UNALLOCATED_USE",
@@ -90,6 +101,7 @@ def evaluate(
     quota_applied: Sequence[QuotaApplied] = (),
     node_health: Sequence[NodeHealth] = (),
     unallocated: Sequence[UnallocatedUse] = (),
+    intervals: Sequence[GpuInterval] = (),
 ) -> list[Verdict]:
     """Every policy's verdicts for one controller cycle.
 
@@ -106,15 +118,22 @@ def evaluate(
         quota_applied: quota actions carried out and not yet undone.
         node_health: per-node GPU health.
         unallocated: GPU processes outside any allocation.
+        intervals: the running jobs' stored GPU intervals, reaching at least
+            [policy.low_efficiency] notice_after plus a shipping period back (only
+            low_efficiency reads them).
 
     Returns:
-        Verdicts in a stable order: per job (idle_gpu, max_runtime), then quotas, hot
-        nodes, unallocated use.
+        Verdicts in a stable order: per job (idle_gpu, low_efficiency, max_runtime), then
+        quotas, hot nodes, unallocated use.
     """
     ctx = Context(config, now, exemptions, warned or {})
     by_job: dict[int, list[GpuActivity]] = defaultdict(list)
     for row in activity:
         by_job[row.job_id].append(row)
+    intervals_of: dict[int, list[GpuInterval]] = defaultdict(list)
+    for interval in intervals:
+        if interval.job_id is not None:
+            intervals_of[interval.job_id].append(interval)
     verdicts: list[Verdict] = []
     policy = config.policy
     for job in jobs:
@@ -122,6 +141,12 @@ def evaluate(
             continue
         if policy.idle_gpu.enabled and not ctx.exempt(job, IDLE_GPU):
             verdict = idle_gpu(ctx, job, by_job.get(job.job_id, ()))
+            if verdict is not None:
+                verdicts.append(verdict)
+        if policy.low_efficiency.enabled and not ctx.exempt(job, LOW_EFFICIENCY):
+            verdict = low_efficiency(
+                ctx, job, by_job.get(job.job_id, ()), intervals_of.get(job.job_id, ())
+            )
             if verdict is not None:
                 verdicts.append(verdict)
         if policy.max_runtime.enabled and not ctx.exempt(job, MAX_RUNTIME):

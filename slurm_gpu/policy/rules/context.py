@@ -19,6 +19,7 @@ from slurm_gpu.models import Action, Exemption, GpuActivity, SlurmJob, Verdict
 from slurm_gpu.policy.quota_periods import cluster_timezone
 
 IDLE_GPU = "idle_gpu"
+LOW_EFFICIENCY = "low_efficiency"
 MAX_RUNTIME = "max_runtime"
 GPU_QUOTA = "gpu_quota"
 HOT_NODE = "hot_node"
@@ -28,6 +29,14 @@ UNALLOCATED_USE = "unallocated_use"
 def holds_gpus(job: SlurmJob) -> bool:
     """Whether the job asked for GPUs or was given some (squeue reports either)."""
     return job.gpu_count > 0 or any(indices for _, indices in job.gpus)
+
+
+def sm_threshold(config: Config) -> float:
+    """`[node] sm_active_threshold_percent`: SM activity at or above it is use (GPM).
+
+    The agent takes `GpuActivity.last_sm_active` with it (`slurm_gpu.activity.is_active`).
+    """
+    return float(config.node.sm_active_threshold_percent)
 
 
 class Context:
@@ -52,6 +61,7 @@ class Context:
         self.warned = warned
         self.tz = cluster_timezone(config.controller.timezone)
         self.fresh_seconds = config.controller.freshness_intervals * config.node.interval
+        self.sm_threshold = sm_threshold(config)
         self.explicit: dict[str, list[Exemption]] = defaultdict(list)
         for exemption in exemptions:
             if exemption.expires is None or now < exemption.expires:
@@ -61,6 +71,7 @@ class Context:
             name: _ExemptSets.of(settings)
             for name, settings in (
                 (IDLE_GPU, p.idle_gpu),
+                (LOW_EFFICIENCY, p.low_efficiency),
                 (MAX_RUNTIME, p.max_runtime),
                 (GPU_QUOTA, p.gpu_quota),
             )

@@ -11,6 +11,12 @@ nobody measured; its warning and cancellation say when the count began.
 
 A GPU is active at or above `[node] active_threshold_percent` (`slurm_gpu.activity`): the
 agent's `last_active` was taken with that key, and the recent mean is judged by it too.
+
+With `[policy.idle_gpu] signal = "sm_active"` the same rules apply to SM activity (NVML
+GPM, issue #13): `last_sm_active` and `sm_active_recent_percent`, judged by `[node]
+sm_active_threshold_percent`, so a job whose one tiny kernel keeps the duty cycle at 100%
+is idle. A GPU whose SM activity is not measured (no GPM: an A100, GPM off) is judged by
+utilization instead, and every verdict about it says so.
 """
 
 from __future__ import annotations
@@ -19,7 +25,13 @@ from collections.abc import Sequence
 
 from slurm_gpu.activity import is_active
 from slurm_gpu.models import Action, GpuActivity, SlurmJob, Verdict
-from slurm_gpu.policy.rules.context import IDLE_GPU, Context, gpu_list, job_verdict, span_text
+from slurm_gpu.policy.rules.context import (
+    IDLE_GPU,
+    Context,
+    gpu_list,
+    job_verdict,
+    span_text,
+)
 
 MIB = 1024 * 1024
 
@@ -47,13 +59,22 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
 
     floor = settings.memory_floor_mib * MIB
     threshold = ctx.config.node.active_threshold_percent
+    by_sm = settings.signal == "sm_active"
     job_start = job.start_time
     idle_for: list[float] = []
     resumed: list[float] = []  # where a gap in the readings restarted a GPU's idle clock
+    by_util: list[GpuActivity] = []  # signal sm_active, but SM activity not measured here
     for row in mine:
         active_at = row.last_active
         recent = row.util_recent_percent
-        if recent is not None and is_active(recent, threshold):
+        row_threshold = threshold
+        if by_sm and row.sm_active_recent_percent is not None:
+            active_at = row.last_sm_active
+            recent = row.sm_active_recent_percent
+            row_threshold = ctx.sm_threshold
+        elif by_sm:
+            by_util.append(row)
+        if recent is not None and is_active(recent, row_threshold):
             active_at = row.last_reading if active_at is None else max(active_at, row.last_reading)
         # A process with a bare context is idle; one holding real data is memory-only.
         holds_memory = (row.mem_used_bytes or 0) > floor
@@ -74,7 +95,7 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
     idle = [r for r, seconds in zip(mine, idle_for, strict=True) if seconds >= settings.warn_after]
     if not idle:
         return None
-    threshold_text = f"below {threshold:g}% utilization"
+    threshold_text, note = _threshold_text(ctx, by_sm, len(by_util) == len(mine), by_util)
     if len(idle) < len(mine):
         busy = [
             r for r, seconds in zip(mine, idle_for, strict=True) if seconds < settings.warn_after
@@ -87,11 +108,12 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
             f"{gpu_list(idle)} of job {job.job_id} {'has' if len(idle) == 1 else 'have'} been "
             f"{threshold_text} for {span_text(longest)} while {gpu_list(busy)} "
             f"{'is' if len(busy) == 1 else 'are'} in use; consider asking for fewer GPUs. "
-            "The job will not be cancelled for this.",
+            f"The job will not be cancelled for this.{note}",
             details=(
                 ("idle_gpus", len(idle)),
                 ("busy_gpus", len(busy)),
                 ("idle_seconds", longest),
+                *_signal_details(ctx, by_sm, by_util),
             ),
         )
 
@@ -122,6 +144,7 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         ("window", settings.window),
         ("gpus", len(mine)),
         *((("readings_resumed_at", max(resumed)),) if resumed else ()),
+        *_signal_details(ctx, by_sm, by_util),
     )
     if job_idle >= settings.cancel_after and warned_at is not None and now - warned_at >= grace:
         return job_verdict(
@@ -130,7 +153,7 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
             job,
             f"Job {job.job_id} cancelled: {gpu_list(mine)} had {since_text} for "
             f"{span_text(job_idle)}{counted}, and the warning at {ctx.time_text(warned_at)}"
-            " went unanswered.",
+            f" went unanswered.{note}",
             details=(*details, ("warned_at", warned_at)),
         )
     warning = now if warned_at is None else warned_at
@@ -141,9 +164,46 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         job,
         f"{gpu_list(mine)} of job {job.job_id} {'has' if len(mine) == 1 else 'have'} "
         f"{since_text} for {span_text(job_idle)}{counted}; the job will be cancelled at "
-        f"{ctx.time_text(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used.",
+        f"{ctx.time_text(deadline)} unless {'it is' if len(mine) == 1 else 'they are'} used."
+        f"{note}",
         deadline=deadline,
         details=details,
+    )
+
+
+def _threshold_text(
+    ctx: Context, by_sm: bool, all_by_util: bool, by_util: Sequence[GpuActivity]
+) -> tuple[str, str]:
+    """What "idle" meant for these GPUs ("below 5% SM activity"), and the fallback note.
+
+    The note (" SM activity not measured on GPU 0 on gpu1: judged by utilization.") ends
+    every verdict of signal sm_active about a job with a GPU judged by utilization.
+    """
+    util = f"{ctx.config.node.active_threshold_percent:g}% utilization"
+    if not by_sm or all_by_util:
+        text = f"below {util}"
+    elif by_util:
+        text = f"below {ctx.sm_threshold:g}% SM activity ({util} where it is not measured)"
+    else:
+        text = f"below {ctx.sm_threshold:g}% SM activity"
+    note = (
+        f" SM activity not measured on {gpu_list(by_util)}: judged by utilization."
+        if by_util
+        else ""
+    )
+    return text, note
+
+
+def _signal_details(
+    ctx: Context, by_sm: bool, by_util: Sequence[GpuActivity]
+) -> tuple[tuple[str, object], ...]:
+    """The audit figures of signal sm_active (none for util, whose rows stay as they were)."""
+    if not by_sm:
+        return ()
+    return (
+        ("signal", "sm_active"),
+        ("sm_threshold_percent", ctx.sm_threshold),
+        ("judged_by_util_gpus", len(by_util)),
     )
 
 
