@@ -17,6 +17,7 @@ from slurm_gpu.reports.records import is_running, job_records
 from slurm_gpu.reports.runs import with_runs
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.usage import JobFilter, Usage
+from slurm_gpu.units import is_known
 
 
 @click.command("job")
@@ -80,8 +81,8 @@ def _view(env: ReportEnv, usage: Usage, job: dict[str, Any], as_json: bool) -> d
     )
     if as_json:
         return {
-            "job": {k: v for k, v in job.items() if k != "source"},
-            "gpus": gpus,
+            "job": {k: _known(v) for k, v in job.items() if k != "source"},
+            "gpus": [{k: _known(v) for k, v in g.items()} for g in gpus],
             "stale": stale,
             "notes": notes(job, gpus, limits),
             "currency": env.config.cost.currency,
@@ -95,6 +96,11 @@ def _view(env: ReportEnv, usage: Usage, job: dict[str, Any], as_json: bool) -> d
         currency=env.config.cost.currency,
         stale=stale,
     )
+
+
+def _known(value: Any) -> Any:
+    """An unknown figure (NaN) as None: JSON null, never a number."""
+    return value if is_known(value) else None
 
 
 def _plain(value: object) -> object:

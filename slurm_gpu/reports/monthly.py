@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.reports import efficiency as gpm
 from slurm_gpu.reports.figures import Groups, idle_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
@@ -63,6 +64,13 @@ class MonthlyReport:
     controller: list[dict[str, Any]]
     actions: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    # Efficiency beyond utilization (reports/efficiency.py): the GPM figures per account
+    # and per user, the section's note where GPM measured nothing or part, and [cost]
+    # charge ("effective": Cost and IdleHeldCost apart).
+    efficiency: list[dict[str, Any]] = field(default_factory=list)
+    efficiency_users: list[dict[str, Any]] = field(default_factory=list)
+    efficiency_note: str | None = None
+    charge: str = "held"
 
 
 def month_bounds(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:
@@ -103,8 +111,11 @@ def build_monthly(
         # Measured idle only (reports/figures.py): time nobody measured is missing, so
         # neither idle cost nor a place among the wasteful jobs.
         rows = rows.assign(idle_seconds=idle_seconds(rows))
+        # What the idle hours cost at the held price ([cost] charge = "effective" bills
+        # part of it as IdleHeldCost, apart from Cost).
+        held = rows["cost"] + rows["idle_held_cost"] if "idle_held_cost" in rows else rows["cost"]
         rows = rows.assign(
-            idle_cost=rows["cost"]
+            idle_cost=held
             * (rows["idle_seconds"] / rows["gpu_seconds"].where(rows["gpu_seconds"] > 0)).fillna(
                 0.0
             )
@@ -167,6 +178,10 @@ def build_monthly(
         controller=controller,
         actions=actions,
         notes=list(env.warnings),
+        efficiency=gpm.efficiency(rows, "account"),
+        efficiency_users=gpm.efficiency(rows, "user"),
+        efficiency_note=gpm.unmeasured_note(rows, total),
+        charge=env.config.cost.charge,
     )
     if not env.scope.all:
         report.notes.append(
@@ -539,6 +554,8 @@ CSV_FILES: dict[str, tuple[str, list[str]]] = {
     "top_waste_jobs.csv": ("waste_jobs", ["job_id", "name", "user", "account", "partition",
                                           "state", "gpus", "gpu_hours", "idle_gpu_hours",
                                           "idle_percent", "util_mean_percent", "cost"]),
+    "efficiency_accounts.csv": ("efficiency", ["key", *gpm.KEYS]),
+    "efficiency_users.csv": ("efficiency_users", ["key", "account", *gpm.KEYS]),
     "queue_wait.csv": ("queue", ["key", "jobs", "mean_seconds", "median_seconds", "p95_seconds",
                                  "max_seconds"]),
     "node_heatmap.csv": ("nodes", []),

@@ -52,6 +52,7 @@ SECTIONS = (
     ("accounts", "GPU-hours and cost by account"),
     ("users", "GPU-hours and cost by user"),
     ("utilization", "Utilization distribution"),
+    ("efficiency", "Efficiency beyond utilization"),
     ("idle", "Idle waste"),
     ("waste-jobs", "Top wasteful jobs"),
     ("queue", "Queue wait by partition"),
@@ -59,6 +60,7 @@ SECTIONS = (
     ("controller", "What the controller did"),
 )
 USERS_SHOWN = 40
+EFFICIENCY_USERS_SHOWN = 15
 HEAT_ROWS = 120  # nodes drawn in the heat map: the busiest and idlest halves beyond this
 
 
@@ -142,6 +144,7 @@ def render_page(report: MonthlyReport) -> str:
         '<p class="small">Each job\'s GPU counts once, at its mean utilization over the '
         "job, weighted by its GPU-hours in the month.</p>",
     ]  # fmt: skip
+    efficiency = _efficiency_part(report, total_row)
     idle = [
         hbar_chart([(r["key"], r["idle_gpu_hours"], 0.0) for r in report.idle[:15]],
                    label="Idle GPU-hours by account (top 15)", unit="GPU-h"),
@@ -190,7 +193,8 @@ def render_page(report: MonthlyReport) -> str:
             column_chart(report.days, report.daily_gpu_hours, label="GPU-hours per day",
                          unit="GPU-h", every=2),
         ],
-        "accounts": accounts, "users": users, "utilization": utilization, "idle": idle,
+        "accounts": accounts, "users": users, "utilization": utilization,
+        "efficiency": efficiency, "idle": idle,
         "waste-jobs": waste, "queue": queue, "nodes": nodes, "controller": controller,
     }  # fmt: skip
     notes = "".join(f'<p class="note">{esc(n)}</p>' for n in report.notes)
@@ -208,6 +212,37 @@ def render_page(report: MonthlyReport) -> str:
         f'<h1>{esc(title)}</h1><p class="meta">{esc(meta)}</p><nav>{nav}</nav>{notes}'
         f"{body}{_definitions()}</main></body></html>\n"
     )
+
+
+def _efficiency_part(report: MonthlyReport, total_row: dict[str, Any]) -> list[str]:
+    """The GPM figures per account and for the top users; blank where not measured."""
+    cur = report.currency
+    cols = [
+        col("GPU-hours", "gpu_hours", 2), col("Util %", "util_mean_percent"),
+        col("SM active %", "sm_active_mean_percent"),
+        col("Tensor %", "tensor_active_mean_percent"), col("DRAM BW %", "dram_bw_mean_percent"),
+        col("Effective GPU-h", "effective_gpu_hours", 2), col("GPM measured %", "gpm_percent"),
+    ]  # fmt: skip
+    if report.charge == "effective":
+        cols += [col(f"Cost ({cur})", "cost", 2), col(f"Idle held ({cur})", "idle_held_cost", 2)]
+    note = (
+        [f'<p class="note" id="efficiency-note">{esc(report.efficiency_note)}</p>']
+        if report.efficiency_note
+        else []
+    )
+    users = report.efficiency_users[:EFFICIENCY_USERS_SHOWN]
+    return [
+        *note,
+        table([text_col("Account", "key"), *cols], [*report.efficiency, total_row],
+              cls="efficiency"),
+        table([text_col("User", "key"), text_col("Account", "account"), *cols], users,
+              cls="efficiency-users"),
+        f'<p class="small">{len(users)} of {len(report.efficiency_users)} users GPM measured, '
+        "by GPU-hours measured; efficiency_users.csv lists all. Utilization is a duty cycle "
+        "(time any kernel ran); SM activity, tensor activity and DRAM bandwidth (NVML GPM, "
+        "Hopper and newer GPUs) are means over the GPU-hours GPM measured, blank where it "
+        "measured nothing. Effective GPU-hours: GPU-hours measured x SM activity.</p>",
+    ]  # fmt: skip
 
 
 def _nodes_part(report: MonthlyReport) -> list[str]:
@@ -251,6 +286,12 @@ def _definitions() -> str:
          "neither active nor idle, charged all the same, and no reason to list a job as "
          "wasteful."),
         ("Occupancy", "GPU-hours / (GPUs in the inventory x hours of the month so far)."),
+        ("SM activity", "NVML GPM (Hopper and newer): the share of SMs with work, over the "
+         "GPU-hours GPM measured; unlike utilization (any kernel running), one small "
+         "kernel keeping a GPU busy reads low. Blank where not measured, never 0 %."),
+        ("Effective GPU-hours", "GPU-hours GPM measured x their SM activity; with [cost] "
+         'charge = "effective" they are billed and the rest of the measured time is priced '
+         "apart as idle held; GPU-hours GPM did not measure are billed as held."),
         # The old word and key name (now "busy", busy_node_factor) stay until the
         # monthly format's next version: the page stays byte-identical till then.
         ("Hot node", "a node whose share of GPU-hours exceeds [reports] hot_node_factor "
