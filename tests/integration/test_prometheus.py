@@ -20,6 +20,12 @@ GPU job of alice runs (so job-labelled series exist), each expression goes to
   so that this works: each condition is "<expression> <comparison> <number>" (joined by
   and/or at most).
 
+The per-job dashboard (conf/grafana/dashboards/slurm-gpu-job.json, issue #13) is also
+checked for one real job: a job of alice on gpu2 (simulated H100s, GPM supported) driven
+at `--util 90 --sm 30 --tensor 60`; with `$job_id` set to that job, every panel's query
+must return series of that job, and its SM activity and tensor gauges must read what
+the job did (within 3 points).
+
 Also `promtool check rules` and `promtool check config` on the conf files.
 """
 
@@ -52,6 +58,7 @@ PROMTOOL = "/usr/bin/promtool"
 RULES = REPO_ROOT / "conf" / "prometheus" / "slurm-gpu-rules.yml"
 PROM_CONFIG = REPO_ROOT / "conf" / "prometheus" / "prometheus.yml"
 DASHBOARDS = sorted((REPO_ROOT / "conf" / "grafana").rglob("*.json"))
+JOB_DASHBOARD = REPO_ROOT / "conf" / "grafana" / "dashboards" / "slurm-gpu-job.json"
 AGENTS = {"gpu1": 19901, "gpu2": 19902}
 CLI = str(Path(os.environ.get("SLURM_GPU_VENV", "/opt/slurm-gpu/venv")) / "bin" / "slurm-gpu")
 GRAFANA_VARS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
@@ -106,6 +113,18 @@ def dashboard_expressions() -> list[Expression]:
             found.append(
                 Expression(f"{path.name}: variable {var['name']}", grafana_substitute(match[1]))
             )
+    return found
+
+
+def job_dashboard_expressions(job_id: int) -> list[Expression]:
+    """The per-job dashboard's panel targets with `$job_id` set to this job."""
+    board = json.loads(JOB_DASHBOARD.read_text())
+    found = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            expr = re.sub(r"\$\{job_id(?::\w+)?\}|\$job_id\b", str(job_id), target["expr"])
+            where = f"{JOB_DASHBOARD.name}: {panel['title']} [{target['refId']}]"
+            found.append(Expression(where, grafana_substitute(expr)))
     return found
 
 
@@ -339,6 +358,62 @@ def test_rules_loaded_and_healthy(live: Prometheus) -> None:
         return health if set(health) == wanted and set(health.values()) == {"ok"} else {}
 
     assert wait_until("rules evaluated", healthy, 30)
+
+
+@pytest.fixture(scope="module")
+def h100_job(testbed: TestBed, live: Prometheus) -> Iterator[int]:
+    """A job of alice on gpu2 (H100s, GPM) at util 90, SM 30, tensor 60, its GPM series scraped.
+
+    Module-scoped, so the dashboard tests after it also run while it holds a GPM GPU.
+    """
+    port = AGENTS["gpu2"]
+    wait_until(
+        "gpu2's agent up",
+        lambda: [
+            t
+            for t in live.targets()
+            if t["scrapeUrl"].startswith(f"http://127.0.0.1:{port}/") and t["health"] == "up"
+        ],
+        90,
+    )
+    job = testbed.submit(
+        "alice",
+        "--gres=gpu:1",
+        "--nodelist=gpu2",
+        "--time=5",
+        wrap=testbed.gpu_load("--util", "90", "--sm", "30", "--tensor", "60", "--seconds", "240"),
+    )
+    try:
+        testbed.wait_state(job, {"RUNNING"}, timeout=120)
+        selector = f'slurm_gpu_sm_active_percent{{job_id="{job}"}}'
+        wait_until(f"SM activity of job {job}", lambda: live.query(selector)["data"]["result"], 60)
+        yield job
+    finally:
+        testbed.run("scancel", str(job), check=False)
+
+
+def test_job_dashboard_queries_return_series_of_the_running_job(
+    live: Prometheus, h100_job: int
+) -> None:
+    """With Job = the H100 job, every panel of the per-job dashboard shows that job's GPU."""
+    empty = []
+    for expression in job_dashboard_expressions(h100_job):
+        answer = live.query(expression.expr)
+        assert "success" == answer.get("status"), f"{expression.expr}: {answer}"
+        if not answer["data"]["result"]:
+            empty.append(expression.where)
+    assert [] == empty
+
+
+def test_job_dashboard_reads_what_the_job_did(live: Prometheus, h100_job: int) -> None:
+    """The job's SM activity and tensor gauges read its load (30% and 60%, within 3)."""
+
+    def value(metric: str) -> float:
+        result = live.query(f'avg({metric}{{job_id="{h100_job}"}})')["data"]["result"]
+        return float(result[0]["value"][1])
+
+    sm, tensor = value("slurm_gpu_sm_active_percent"), value("slurm_gpu_tensor_active_percent")
+    assert (True, True) == (abs(sm - 30) <= 3, abs(tensor - 60) <= 3), (sm, tensor)
 
 
 @pytest.mark.parametrize("expression", dashboard_expressions(), ids=lambda e: e.where)
