@@ -11,13 +11,11 @@ cluster of A100s) the figures are blank and the section says so, never 0 %.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from slurm_gpu.reports.figures import Groups
-
-USERS_SHOWN = 15  # users by GPM-measured GPU-hours; efficiency_users.csv lists all
 KEYS = (
     "gpu_hours",
     "util_mean_percent",
@@ -34,25 +32,20 @@ KEYS = (
 """A row's figures (reports/figures.py's keys), in the CSV's order after its name."""
 
 
-def efficiency(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
-    """The figures per `key` (account, user), most GPU-hours GPM measured first.
+def efficiency(grouped: Sequence[Mapping[str, Any]], users: bool = False) -> list[dict[str, Any]]:
+    """The figures of the monthly report's account (or user) rows, most GPM-measured first.
 
-    Users: those GPM measured anything, each with their accounts.
+    `grouped`: those rows (monthly.py `_grouped`: every figure, computed once). Users:
+    only those GPM measured anything, each with their accounts.
     """
-    if not len(rows):
-        return []
-    groups = Groups(rows, key)
     out = []
-    for value, figures in groups.figures():
-        if key == "user" and not figures["gpm_gpu_hours"]:
+    for row in grouped:
+        if users and not row["gpm_gpu_hours"]:
             continue
-        out.append({"key": str(value), **{k: figures[k] for k in KEYS}})
-    if key == "user":
-        accounts = rows.groupby("user", observed=True)["account"].agg(
-            lambda names: ",".join(sorted({str(n) for n in names}))
-        )
-        for record in out:
-            record["account"] = str(accounts.get(record["key"], ""))
+        record = {"key": row["key"], **{k: row[k] for k in KEYS}}
+        if users:
+            record["account"] = row.get("account", "")
+        out.append(record)
     out.sort(key=lambda r: (-r["gpm_gpu_hours"], -r["gpu_hours"], r["key"]))
     return out
 

@@ -197,10 +197,10 @@ class Groups:
         """
         weights = self._gpm_seconds()[a:b]
         out: dict[str, Any] = {"gpm_seconds": _sum(weights)}
-        for name in GPM_MEANS:
-            total, weight = self._weighted_sum(name, a, b)
+        sums = {name: self._weighted_sum(name, a, b) for name in GPM_MEANS}
+        for name, (total, weight) in sums.items():
             out[name] = total / weight if weight > 0 else None
-        total, weight = self._weighted_sum("sm_active_mean_percent", a, b)
+        total, weight = sums["sm_active_mean_percent"]
         out["effective_seconds"] = total / 100.0 if weight > 0 else None
         return out
 

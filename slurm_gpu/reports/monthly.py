@@ -156,6 +156,7 @@ def build_monthly(
     controller = _controller(actions)
     overview["gpu_hours_returned"] = sum(a["gpu_hours_returned"] or 0.0 for a in actions)
     overview["cancellations"] = sum(1 for a in actions if a["kind"] == "cancellation")
+    accounts, users = _grouped(rows, "account"), _grouped(rows, "user")
     report = MonthlyReport(
         month=month,
         since=since,
@@ -168,8 +169,8 @@ def build_monthly(
         overview=overview,
         days=days,
         daily_gpu_hours=[float(v) / 3600.0 for v in shares.per_day()],
-        accounts=_grouped(rows, "account"),
-        users=_grouped(rows, "user"),
+        accounts=accounts,
+        users=users,
         utilization=_utilization(rows),
         idle=_idle(rows),
         waste_jobs=_waste_jobs(rows, usage, waste_top, env),
@@ -178,8 +179,8 @@ def build_monthly(
         controller=controller,
         actions=actions,
         notes=list(env.warnings),
-        efficiency=gpm.efficiency(rows, "account"),
-        efficiency_users=gpm.efficiency(rows, "user"),
+        efficiency=gpm.efficiency(accounts),
+        efficiency_users=gpm.efficiency(users, users=True),
         efficiency_note=gpm.unmeasured_note(rows, total),
         charge=env.config.cost.charge,
     )

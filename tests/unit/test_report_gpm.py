@@ -12,11 +12,14 @@ import datetime as dt
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from slurm_gpu.cli.main import cli
+from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuDevice, GpuInterval, JobGpuSummary
+from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.widgets import esc
 from slurm_gpu.store import Store
 
@@ -303,3 +306,21 @@ def test_monthly_of_a100s_only_says_nothing_was_measured(tmp_path: Path) -> None
         overview = {r["figure"]: r["value"] for r in csv.DictReader(handle)}
     figures = ("sm_active_mean_percent", "effective_gpu_hours", "gpm_gpu_hours")
     assert ("", "", "0.0") == tuple(overview[k] for k in figures)
+
+
+def test_effective_charge_of_a_partly_measured_gpu() -> None:
+    """Half an H100-hour measured at 50 % SM: a quarter of its charge is idle held.
+
+    The unmeasured half is charged in full, and so is a GPU of unknown SM activity.
+    """
+    gpus = pd.DataFrame(
+        {"job_id": [1, 1], "gpu_uuid": ["GPU-h", "GPU-x"], "gpu_model": [H100, H100],
+         "gpu_seconds": [H, H], "mem_gib_seconds": [0.0, 0.0], "gpm_seconds": [H / 2, H],
+         "sm_active_mean_percent": [50.0, float("nan")]}
+    )  # fmt: skip
+    jobs = pd.DataFrame({"job_id": [1], "elapsed_seconds": [H]})
+    for unit, whole in (("gpu_hour", 4.0), ("job_hour", 2.0)):  # job_hour: shared by 2 GPUs
+        cost = CostSettings(unit=unit, prices={"h100": 4.0}, charge="effective")  # type: ignore[arg-type]
+        priced = add_cost(gpus, jobs, cost)
+        assert [whole * 0.75, whole] == priced["cost"].tolist()
+        assert [whole * 0.25, 0.0] == priced["idle_held_cost"].tolist()
