@@ -342,6 +342,11 @@ def render_job(
         f"mean utilization {_pct(job.get('util_mean_percent'))}  "
         + (f"energy {_f(energy) / 3.6e6:.5f} kWh  " if is_known(energy) else "")
         + f"cost {_f(job.get('cost') or 0.0):.2f} {currency}"
+        + (
+            f" (+ idle held {_f(job.get('idle_held_cost')):.2f} {currency}, priced apart)"
+            if is_known(job.get("idle_held_cost"))
+            else ""
+        )
     )
     missing = _f(job.get("missing_seconds") or 0.0)
     if missing > 0:

@@ -215,6 +215,8 @@ def test_effective_charge_bills_sm_activity_and_prices_idle_held_apart(
     assert ["4.40", "1.60"] == rows["5"]  # H100 4 x 0.6 + A100 2.00; 4 x 0.4 held
     held = sacct_rows(store, tmp_path, "JobID,Cost,IdleHeldCost")
     assert ["4.00", ""] == held["3"]  # default: every hour held is charged
+    view = run(store, tmp_path, "job", "3", cost=effective)
+    assert "cost 1.20 EUR (+ idle held 2.80 EUR, priced apart)" in view
 
 
 def test_effective_charge_in_sacct_default_and_report_header(store: Store, tmp_path: Path) -> None:
