@@ -15,7 +15,9 @@ NVML_ERROR_NOT_SUPPORTED) gets `gpm=None`: unknown, never 0%.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -54,6 +56,29 @@ _GPM_METRICS: tuple[tuple[int, str], ...] = (
 _GPM_FIELDS = tuple(name for _, name in _GPM_METRICS)
 
 
+def _gpm_layout() -> tuple[struct.Struct, int, struct.Struct, int]:
+    """How to write the two sample pointers and read (nvmlReturn, value) of each metric.
+
+    Straight from and into the request's memory, at the offsets pynvml's ctypes layout
+    gives: a ctypes attribute access costs a Python call per field, every tick on every
+    GPU (bench/agent).
+    """
+    request, metric = pynvml.c_nvmlGpmMetricsGet_t, pynvml.c_nvmlGpmMetric_t
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    if (request.sample2.offset - request.sample1.offset, request.sample1.size) != (
+        pointer,
+        pointer,
+    ):
+        raise ImportError("pynvml's nvmlGpmMetricsGet_t layout is not the one NVML documents")
+    size, ret, value = ctypes.sizeof(metric), metric.nvmlReturn.offset, metric.value.offset
+    one = f"{ret}x i {value - ret - 4}x d {size - value - 8}x"
+    metrics = struct.Struct("=" + " ".join([one] * len(_GPM_METRICS)))
+    return struct.Struct("@PP"), request.sample1.offset, metrics, request.metrics.offset
+
+
+_GPM_SAMPLES, _GPM_SAMPLES_AT, _GPM_VALUES, _GPM_VALUES_AT = _gpm_layout()
+
+
 class _GpuLost(Exception):
     """Raised inside a snapshot when the GPU stopped answering altogether."""
 
@@ -67,6 +92,7 @@ class _Gpm:
 
     def __init__(self, samples: tuple[Any, Any]) -> None:
         self.samples = samples
+        self.addresses = tuple(ctypes.cast(s, ctypes.c_void_p).value or 0 for s in samples)
         self.newest: int | None = None  # which sample holds the newest reading
         self.newest_time = 0.0  # when it was taken (the snapshot's time)
         # Built once: the struct holds NVML_GPM_METRIC_MAX entries (~19 KiB). NVML reads
@@ -281,16 +307,16 @@ class NvmlSource:
         if previous is None or now <= previous_time:
             return None
         request = gpm.request
-        request.sample1 = gpm.samples[previous]
-        request.sample2 = sample
+        # request.sample1, request.sample2 = the previous sample, this one
+        _GPM_SAMPLES.pack_into(
+            request, _GPM_SAMPLES_AT, gpm.addresses[previous], gpm.addresses[target]
+        )
         if self._field(uuid, "gpm-metrics", lambda: pynvml.nvmlGpmMetricsGet(request)) is None:
             return None
-        values: dict[str, float | None] = {}
-        for name, metric in zip(_GPM_FIELDS, request.metrics, strict=False):
-            code = metric.nvmlReturn
-            if code == pynvml.NVML_SUCCESS:
-                values[name] = float(metric.value)
-            else:  # this metric only: the others of the window stand
+        read = _GPM_VALUES.unpack_from(request, _GPM_VALUES_AT)  # (nvmlReturn, value) each
+        values: dict[str, float | None] = dict(zip(_GPM_FIELDS, read[1::2], strict=True))
+        for name, code in zip(_GPM_FIELDS, read[::2], strict=True):
+            if code != pynvml.NVML_SUCCESS:  # this metric only: the others of the window stand
                 values[name] = None
                 self._log_once(uuid, f"GPM {name}", pynvml.NVMLError(code))
         return GpmMetrics(start=previous_time, end=now, **values)

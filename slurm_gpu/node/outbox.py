@@ -48,6 +48,15 @@ def encode(payload: Any) -> str:
     return json.dumps(payload, default=_jsonable)
 
 
+def fields_of(model: Any) -> dict[str, Any]:
+    """A flat model's fields as `dataclasses.asdict` gives them, without its deep copy.
+
+    The models the outbox carries hold only numbers, strings, enums and tuples of them;
+    asdict's recursive copy cost the agent more than NVML for an interval (bench/agent).
+    """
+    return dict(vars(model))
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, JobEventKind):
         return value.value

@@ -11,9 +11,8 @@ What the agent has seen lives here until the accounting store has committed it:
   SLURM_RESTART_COUNT) has its own spans, totals and summaries.
 - `job_acc`: running per-run-per-GPU totals, turned into summaries at the run's end.
   Both `pieces` and `job_acc` sum the GPM figures (issue #13) as percent-seconds with the
-  seconds each was measured (`<metric>_psec`, `<metric>_sec`; NULL and 0: never measured),
-  and `gpm_seconds`, the seconds any GPM window covered: a mean is psec / sec, never 0
-  for unknown.
+  seconds each was measured (`<metric>_psec`, `<metric>_sec`; sec 0: never measured, so
+  its mean is None, never 0%), and `gpm_seconds`, the seconds any GPM window covered.
 - `gpu_state`: per GPU, when it was last read, its newest sample and energy counter, so a
   restarted agent neither double counts nor invents the time it was down.
 - `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
@@ -39,7 +38,7 @@ from typing import Any, NamedTuple
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, Piece
-from slurm_gpu.node.outbox import encode
+from slurm_gpu.node.outbox import encode, fields_of
 
 SCHEMA_VERSION = 3
 """The spool layout this agent writes. Raising it needs a step in `_MIGRATIONS`."""
@@ -144,13 +143,13 @@ def _add_gpm_columns(table: str) -> tuple[str, ...]:
         f"ALTER TABLE {table} ADD COLUMN {column}"
         for column in (
             "gpm_seconds REAL NOT NULL DEFAULT 0",
-            "sm_active_psec REAL",
+            "sm_active_psec REAL NOT NULL DEFAULT 0",
             "sm_active_sec REAL NOT NULL DEFAULT 0",
-            "sm_occupancy_psec REAL",
+            "sm_occupancy_psec REAL NOT NULL DEFAULT 0",
             "sm_occupancy_sec REAL NOT NULL DEFAULT 0",
-            "tensor_active_psec REAL",
+            "tensor_active_psec REAL NOT NULL DEFAULT 0",
             "tensor_active_sec REAL NOT NULL DEFAULT 0",
-            "dram_bw_psec REAL",
+            "dram_bw_psec REAL NOT NULL DEFAULT 0",
             "dram_bw_sec REAL NOT NULL DEFAULT 0",
         )
     )
@@ -225,13 +224,13 @@ class _PieceRow(NamedTuple):
     unallocated: str
     restart: int
     gpm_seconds: float = 0.0
-    sm_active_psec: float | None = None
+    sm_active_psec: float = 0.0
     sm_active_sec: float = 0.0
-    sm_occupancy_psec: float | None = None
+    sm_occupancy_psec: float = 0.0
     sm_occupancy_sec: float = 0.0
-    tensor_active_psec: float | None = None
+    tensor_active_psec: float = 0.0
     tensor_active_sec: float = 0.0
-    dram_bw_psec: float | None = None
+    dram_bw_psec: float = 0.0
     dram_bw_sec: float = 0.0
 
 
@@ -249,13 +248,13 @@ class _JobAccRow(NamedTuple):
     energy: float | None
     readings: int
     gpm_seconds: float = 0.0
-    sm_active_psec: float | None = None
+    sm_active_psec: float = 0.0
     sm_active_sec: float = 0.0
-    sm_occupancy_psec: float | None = None
+    sm_occupancy_psec: float = 0.0
     sm_occupancy_sec: float = 0.0
-    tensor_active_psec: float | None = None
+    tensor_active_psec: float = 0.0
     tensor_active_sec: float = 0.0
-    dram_bw_psec: float | None = None
+    dram_bw_psec: float = 0.0
     dram_bw_sec: float = 0.0
 
 
@@ -307,9 +306,9 @@ def _summed(column: str) -> str:
     return f"{column} = {column} + excluded.{column}"
 
 
-_GPM_SUMS = tuple(
-    term for name in _GPM_FIGURES for term in (_known("+", f"{name}_psec"), _summed(f"{name}_sec"))
-)
+# Plain sums (a coalesce per column costs the upsert a third more): `<name>_sec` = 0 says
+# a figure was never measured, whatever its `_psec`.
+_GPM_SUMS = tuple(_summed(column) for column in _GPM_COLUMNS)
 
 
 _PIECE_UPSERT = (
@@ -335,7 +334,6 @@ _PIECE_UPSERT = (
             "ecc = coalesce(excluded.ecc, ecc)",  # a running total: the newest known
             "unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated"
             " ELSE excluded.unallocated END",
-            _summed("gpm_seconds"),
             *_GPM_SUMS,
         )
     )
@@ -357,7 +355,6 @@ _JOB_ACC_UPSERT = (
             _summed("mem_gib_seconds"),
             _known("+", "energy"),
             _summed("readings"),
-            _summed("gpm_seconds"),
             *_GPM_SUMS,
         )
     )
@@ -369,20 +366,22 @@ _SPAN_INSERT = (
 )
 
 
-def _gpm_terms(piece: Piece) -> tuple[float | None, ...]:
+_NO_GPM = (0.0,) * len(_GPM_COLUMNS)  # _GPM_COLUMNS of a piece GPM did not measure
+
+
+def _gpm_terms(piece: Piece) -> tuple[float, ...]:
     """One piece's values of _GPM_COLUMNS: gpm_seconds, then each figure's psec and sec."""
     seconds = piece.gpm_seconds
-    terms: list[float | None] = [seconds]
+    if seconds <= 0:
+        return _NO_GPM
+    terms = [seconds]
     for value in (
         piece.sm_active_percent,
         piece.sm_occupancy_percent,
         piece.tensor_active_percent,
         piece.dram_bw_percent,
     ):
-        if value is None or seconds <= 0:
-            terms += [None, 0.0]
-        else:
-            terms += [value * seconds, seconds]
+        terms += (0.0, 0.0) if value is None else (value * seconds, seconds)
     return tuple(terms)
 
 
@@ -391,7 +390,7 @@ def _gpm_means(row: _PieceRow | _JobAccRow) -> dict[str, Any]:
     means: dict[str, Any] = {"gpm_seconds": row.gpm_seconds}
     for name in _GPM_FIGURES:
         psec, sec = getattr(row, f"{name}_psec"), getattr(row, f"{name}_sec")
-        means[f"{name}_mean_percent"] = psec / sec if psec is not None and sec > 0 else None
+        means[f"{name}_mean_percent"] = psec / sec if sec > 0 else None
     return means
 
 
@@ -681,7 +680,7 @@ class Spool:
             )
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)",
-                (f"{node}:{r.uuid}:{r.start!r}", encode(asdict(interval))),
+                (f"{node}:{r.uuid}:{r.start!r}", encode(fields_of(interval))),
             )
             db.execute(
                 "DELETE FROM pieces WHERE uuid = ? AND job_id = ? AND restart = ?"
