@@ -123,7 +123,7 @@ POLICY = """
 enabled = true
 min_util_percent = 80
 max_sm_active_percent = 10
-notify_after = "10s"
+notice_after = "10s"
 """
 
 
