@@ -54,6 +54,7 @@ _GPM_METRICS: tuple[tuple[int, str], ...] = (
     (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx_mib_per_s"),
 )
 _GPM_FIELDS = tuple(name for _, name in _GPM_METRICS)
+_GPM_ALL_MEASURED = (pynvml.NVML_SUCCESS,) * len(_GPM_METRICS)  # each metric's nvmlReturn
 
 
 def _gpm_layout() -> tuple[struct.Struct, int, struct.Struct, int]:
@@ -314,12 +315,17 @@ class NvmlSource:
         if self._field(uuid, "gpm-metrics", lambda: pynvml.nvmlGpmMetricsGet(request)) is None:
             return None
         read = _GPM_VALUES.unpack_from(request, _GPM_VALUES_AT)  # (nvmlReturn, value) each
-        values: dict[str, float | None] = dict(zip(_GPM_FIELDS, read[1::2], strict=True))
-        for name, code in zip(_GPM_FIELDS, read[::2], strict=True):
-            if code != pynvml.NVML_SUCCESS:  # this metric only: the others of the window stand
-                values[name] = None
-                self._log_once(uuid, f"GPM {name}", pynvml.NVMLError(code))
-        return GpmMetrics(start=previous_time, end=now, **values)
+        codes, values = read[::2], read[1::2]
+        if codes != _GPM_ALL_MEASURED:
+            # a metric NVML did not measure is None (logged once); the others stand
+            values = tuple(
+                value if code == pynvml.NVML_SUCCESS else None
+                for code, value in zip(codes, values, strict=True)
+            )
+            for name, code in zip(_GPM_FIELDS, codes, strict=True):
+                if code != pynvml.NVML_SUCCESS:
+                    self._log_once(uuid, f"GPM {name}", pynvml.NVMLError(code))
+        return GpmMetrics(previous_time, now, *values)  # in _GPM_METRICS order
 
     def _field(self, uuid: str, name: str, read: Callable[[], T]) -> T | None:
         """One NVML call: unsupported -> None (logged once); lost GPU -> _GpuLost."""

@@ -146,6 +146,7 @@ class NodeAgent:
         # uuid -> no open period of it in the spool starts before this (absent: unknown, as
         # at start, when rows of the previous run may wait): saves a query a tick per GPU
         self._next_seal: dict[str, float] = {}
+        self._gpu_state: dict[str, tuple[float | None, float | None, float | None]] | None = None
         self._het: dict[int, int] = {}  # job id: its het job's leader, from the bindings
         # uuid -> where its current unbroken run of readings began (GpuActivity.measured_since)
         self._measured_since: dict[str, float] = {}
@@ -171,11 +172,18 @@ class NodeAgent:
             item.path.unlink(missing_ok=True)
         result.events = len(event_files)
         spans = self._adopt_orphan_bindings(self.spool.spans())
-        state = self.spool.gpu_state()
+        # Where each GPU's reads stand: the spool's at the first tick, then this agent's own
+        # (it is the only writer), kept once committed.
+        state = self._gpu_state if self._gpu_state is not None else self.spool.gpu_state()
+        self._gpu_state = None  # unknown until this tick commits
+        updates: dict[str, tuple[float | None, float | None, float | None]] = {}
         try:
             with self.spool.transaction() as db:
                 for device in self.devices:
-                    self._read_gpu(db, device, spans, state.get(device.uuid), now, result)
+                    updates[device.uuid] = self._read_gpu(
+                        db, device, spans, state.get(device.uuid), now, result
+                    )
+                self.spool.set_gpu_states(db, updates)
                 for run in sorted({s.run for s in spans if s.end is not None and s.end <= now}):
                     job_id, restart = run
                     result.summaries += self.spool.finish_job(
@@ -191,6 +199,7 @@ class NodeAgent:
             raise
         if lost is not None:
             self._lost_reported = lost  # committed
+        self._gpu_state = {**state, **updates}
         return result
 
     def _queue_lost(self, db: sqlite3.Connection, now: float) -> dict[str, LostGpu] | None:
@@ -234,7 +243,8 @@ class NodeAgent:
         state: tuple[float | None, float | None, float | None] | None,
         now: float,
         result: TickResult,
-    ) -> None:
+    ) -> tuple[float | None, float | None, float | None]:
+        """Reads one GPU into the spool; returns where its next read starts (gpu_state)."""
         last_read, last_sample, last_energy = state or (None, None, None)
         continuous = last_read is not None and 0 < now - last_read <= self.max_gap
         w0 = last_read if continuous and last_read is not None else now - self.interval
@@ -244,14 +254,13 @@ class NodeAgent:
         previous_mem = self._last_mem.pop(device.uuid, None) if continuous else None
         if snap.error is not None:
             # Nothing is known about this window: it stays uncovered (missing).
-            self.spool.set_gpu_state(db, device.uuid, now, last_sample, None)
             self._measured_since.pop(device.uuid, None)  # a gap: idle clocks start again
             if device.uuid not in self._lost:
                 log.error(
                     "GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, snap.error
                 )
                 self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, snap.error)
-            return
+            return now, last_sample, None
         if self._lost.pop(device.uuid, None) is not None:
             log.warning("GPU %s (minor %d) answers again", device.uuid, device.minor)
         if not continuous or device.uuid not in self._measured_since:
@@ -296,7 +305,7 @@ class NodeAgent:
             next_seal = before + self.period  # what is left starts in a later period
         self._next_seal[device.uuid] = next_seal
         newest = max((s.time for s in snap.samples), default=last_sample)
-        self.spool.set_gpu_state(db, device.uuid, now, newest, snap.energy_joules)
+        return now, newest, snap.energy_joules
 
     def _queue_activity(
         self,
@@ -347,6 +356,10 @@ class NodeAgent:
         Variables"): a process that names the leader of the het job a holder is a
         component of is that component's own, not GPU use outside an allocation.
         """
+        if not snap.processes:  # nothing runs on it: no stray, and no pid to remember
+            if self._warned_pids:
+                self._warned_pids = {w for w in self._warned_pids if w[0] != uuid}
+            return ()
         holders = {s.job_id for s in spans if s.end is None or s.end >= now}
         holders |= {self._het[j] for j in holders if j in self._het}
         jobs = {p.pid: self.pid_job(p.pid) for p in snap.processes or ()}

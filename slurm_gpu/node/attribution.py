@@ -167,7 +167,12 @@ def split_window(
     if w1 <= w0:
         return []
     points = cut_points(w0, w1, spans, period)
-    energies = energy_shares(w0, w1, points, snapshot, energy_delta)
+    # One piece draws all of the window's energy (the usual case: no job edge, no boundary).
+    energies = (
+        [energy_delta]
+        if len(points) == 2
+        else energy_shares(w0, w1, points, snapshot, energy_delta)
+    )
     pieces: list[Piece] = []
     w0_owner = next((s for s in spans if s.start <= w0 and (s.end is None or s.end > w0)), None)
     span = gpm_span(w0, w1, snapshot)
@@ -175,14 +180,12 @@ def split_window(
     # any part of it, so a job that starts or ends inside a window (and the idle time or
     # other job beside it) shares the window's means, each for its own seconds.
     gpm = snapshot.gpm if span is not None else None
-    if gpm is not None and all(
-        v is None
-        for v in (
-            gpm.sm_active_percent,
-            gpm.sm_occupancy_percent,
-            gpm.tensor_active_percent,
-            gpm.dram_bw_percent,
-        )
+    if (
+        gpm is not None
+        and gpm.sm_active_percent is None
+        and gpm.sm_occupancy_percent is None
+        and gpm.tensor_active_percent is None
+        and gpm.dram_bw_percent is None
     ):
         span = gpm = None  # a window whose four figures all failed measured nothing here
     for (a, b), energy in zip(itertools.pairwise(points), energies, strict=True):

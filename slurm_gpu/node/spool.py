@@ -489,12 +489,20 @@ class Spool:
         last_energy: float | None,
     ) -> None:
         """Remembers where this GPU's next read starts."""
-        db.execute(
+        Spool.set_gpu_states(db, {uuid: (last_read, last_sample, last_energy)})
+
+    @staticmethod
+    def set_gpu_states(
+        db: sqlite3.Connection,
+        states: dict[str, tuple[float | None, float | None, float | None]],
+    ) -> None:
+        """Remembers where each GPU's next read starts: {uuid: (read, sample, energy)}."""
+        db.executemany(
             "INSERT INTO gpu_state (uuid, last_read, last_sample, last_energy)"
             " VALUES (?, ?, ?, ?) ON CONFLICT(uuid) DO UPDATE SET"
             " last_read=excluded.last_read, last_sample=excluded.last_sample,"
             " last_energy=excluded.last_energy",
-            (uuid, last_read, last_sample, last_energy),
+            [(uuid, *state) for uuid, state in states.items()],
         )
 
     # --- spans -----------------------------------------------------------------------
