@@ -214,3 +214,46 @@ def test_gpu_source_records_reads_and_close() -> None:
     source.snapshot(GPU, T0 - 1)
     source.close()
     assert ([("GPU-a", T0 - 1)], True) == (source.reads, source.closed)
+
+
+def test_gpu_source_gpm_is_the_mean_since_the_previous_read() -> None:
+    """A GPU named in gpm: no window at the first read, then the mean over the seconds since."""
+    clock = FixedClock(T0)
+    source = FakeGpuSource(
+        [GPU], clock, gpm={"GPU-a": lambda t: {"sm_active_percent": 10.0 if t <= T0 + 2 else 40.0}}
+    )
+    first = source.snapshot(GPU, T0).gpm
+    clock.advance(4)
+    second = source.snapshot(GPU, T0).gpm
+    assert first is None
+    assert second is not None
+    assert (T0, T0 + 4, 25.0, None) == (
+        second.start,
+        second.end,
+        second.sm_active_percent,
+        second.tensor_active_percent,
+    )
+
+
+def test_gpu_source_devices_say_which_gpus_have_gpm() -> None:
+    """devices() marks the GPUs named in gpm as gpm_supported; the others have no GPM."""
+    other = GpuDevice("GPU-b", "Fake A100", 1, 1, "00:02", 80 * 2**30)
+    source = FakeGpuSource([GPU, other], FixedClock(T0), gpm={"GPU-a": lambda t: {}})
+    source.snapshot(other, T0)
+    assert ([True, False], None) == (
+        [d.gpm_supported for d in source.devices()],
+        source.snapshot(other, T0 + 10).gpm,
+    )
+
+
+def test_gpu_source_unsupported_gpm_metric_is_none() -> None:
+    """A GpmMetrics field in `unsupported` reads None; the GPU's other metrics stand."""
+    clock = FixedClock(T0)
+    levels = {"sm_active_percent": 30.0, "dram_bw_percent": 20.0}
+    source = FakeGpuSource([GPU], clock, gpm={"GPU-a": lambda t: levels})
+    source.unsupported.add("dram_bw_percent")
+    source.snapshot(GPU, T0)
+    clock.advance(10)
+    gpm = source.snapshot(GPU, T0).gpm
+    assert gpm is not None
+    assert (30.0, None) == (gpm.sm_active_percent, gpm.dram_bw_percent)
