@@ -20,8 +20,8 @@ What the agent has seen lives here until the accounting store has committed it:
 Every tick is one transaction: a crash loses at most the tick in progress.
 
 The spool outlives upgrades of the agent with rows still in it, so its layout carries a
-version (`PRAGMA user_version`): an older spool is migrated in place at open, a newer one
-is refused untouched. Every statement names its columns, so a column added by a migration
+version (`PRAGMA user_version`): an older spool is migrated in place at open (the steps
+are in spool_layout.py), a newer one is refused untouched. Every statement names its columns, so a column added by a migration
 (appended at the table's end) cannot shift the others.
 """
 
@@ -39,138 +39,9 @@ from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.outbox import encode, fields_of
+from slurm_gpu.node.spool_layout import MIGRATIONS, SCHEMA_VERSION
 
-SCHEMA_VERSION = 3
-"""The spool layout this agent writes. Raising it needs a step in `_MIGRATIONS`."""
-
-_VERSION_1_TABLES = (
-    """CREATE TABLE IF NOT EXISTS outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL UNIQUE,
-    payload TEXT NOT NULL
-)""",
-    """CREATE TABLE IF NOT EXISTS pieces (
-    uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
-    start REAL NOT NULL, end REAL NOT NULL,
-    util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
-    util_max REAL, util_min REAL, active_seconds REAL NOT NULL,
-    covered_seconds REAL NOT NULL, mem_max INTEGER, mem_total INTEGER,
-    power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
-    temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT '',
-    PRIMARY KEY (uuid, job_id, period_start)
-)""",
-    """CREATE TABLE IF NOT EXISTS spans (
-    job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
-    start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT,
-    PRIMARY KEY (job_id, slurm_index)
-)""",
-    """CREATE TABLE IF NOT EXISTS job_acc (
-    job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
-    covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
-    util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
-    active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
-    mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (job_id, uuid)
-)""",
-    """CREATE TABLE IF NOT EXISTS gpu_state (
-    uuid TEXT PRIMARY KEY, last_read REAL, last_sample REAL, last_energy REAL
-)""",
-    """CREATE TABLE IF NOT EXISTS quarantine (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    payload TEXT NOT NULL,
-    error TEXT NOT NULL,
-    quarantined_at REAL NOT NULL
-)""",
-)
-
-
-def _with_restart(table: str, columns: str, names: str, key: str) -> tuple[str, ...]:
-    """Statements that add `restart` (0: the first run) to `table` and to its key.
-
-    SQLite cannot change a primary key in place: the rows are copied into the new layout.
-    """
-    return (
-        f"CREATE TABLE {table}_v2 ({columns}, restart INTEGER NOT NULL DEFAULT 0,"
-        f" PRIMARY KEY ({key}))",
-        f"INSERT INTO {table}_v2 ({names}, restart) SELECT {names}, 0 FROM {table}",
-        f"DROP TABLE {table}",
-        f"ALTER TABLE {table}_v2 RENAME TO {table}",
-    )
-
-
-_VERSION_2_STEP = (
-    *_with_restart(
-        "pieces",
-        """uuid TEXT NOT NULL, job_id INTEGER NOT NULL, period_start REAL NOT NULL,
-    start REAL NOT NULL, end REAL NOT NULL,
-    util_sum REAL NOT NULL, util_count INTEGER NOT NULL,
-    util_max REAL, util_min REAL, active_seconds REAL NOT NULL,
-    covered_seconds REAL NOT NULL, mem_max INTEGER, mem_total INTEGER,
-    power_joules REAL, power_seconds REAL NOT NULL, energy REAL,
-    temp_max REAL, ecc INTEGER, unallocated TEXT NOT NULL DEFAULT ''""",
-        "uuid, job_id, period_start, start, end, util_sum, util_count, util_max, util_min,"
-        " active_seconds, covered_seconds, mem_max, mem_total, power_joules, power_seconds,"
-        " energy, temp_max, ecc, unallocated",
-        "uuid, job_id, restart, period_start",
-    ),
-    *_with_restart(
-        "spans",
-        """job_id INTEGER NOT NULL, slurm_index INTEGER NOT NULL,
-    start REAL NOT NULL, end REAL, user TEXT, account TEXT, partition TEXT""",
-        "job_id, slurm_index, start, end, user, account, partition",
-        "job_id, restart, slurm_index",
-    ),
-    *_with_restart(
-        "job_acc",
-        """job_id INTEGER NOT NULL, uuid TEXT NOT NULL, model TEXT NOT NULL,
-    covered REAL NOT NULL DEFAULT 0, util_sum REAL NOT NULL DEFAULT 0,
-    util_count INTEGER NOT NULL DEFAULT 0, util_max REAL,
-    active_seconds REAL NOT NULL DEFAULT 0, mem_max INTEGER,
-    mem_gib_seconds REAL NOT NULL DEFAULT 0, energy REAL, readings INTEGER NOT NULL DEFAULT 0""",
-        "job_id, uuid, model, covered, util_sum, util_count, util_max, active_seconds, mem_max,"
-        " mem_gib_seconds, energy, readings",
-        "job_id, restart, uuid",
-    ),
-)
-
-
-def _add_gpm_columns(table: str) -> tuple[str, ...]:
-    """Version 3's columns of `table`: seconds measured by GPM and its figures' sums."""
-    return tuple(
-        f"ALTER TABLE {table} ADD COLUMN {column}"
-        for column in (
-            "gpm_seconds REAL NOT NULL DEFAULT 0",
-            "sm_active_psec REAL NOT NULL DEFAULT 0",
-            "sm_active_sec REAL NOT NULL DEFAULT 0",
-            "sm_occupancy_psec REAL NOT NULL DEFAULT 0",
-            "sm_occupancy_sec REAL NOT NULL DEFAULT 0",
-            "tensor_active_psec REAL NOT NULL DEFAULT 0",
-            "tensor_active_sec REAL NOT NULL DEFAULT 0",
-            "dram_bw_psec REAL NOT NULL DEFAULT 0",
-            "dram_bw_sec REAL NOT NULL DEFAULT 0",
-        )
-    )
-
-
-_VERSION_3_STEP = (*_add_gpm_columns("pieces"), *_add_gpm_columns("job_acc"))
-
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    # Version 0 is a new file, or a spool of the releases before versions: they wrote
-    # version 1's tables unstamped, creating any that were missing at every open.
-    0: _VERSION_1_TABLES,
-    # Version 2: runs of requeued jobs (issue #11). The rows of version 1 are run 0.
-    1: _VERSION_2_STEP,
-    # Version 3: GPM figures (issue #13). Rows of version 2 were never measured by GPM.
-    2: _VERSION_3_STEP,
-}
-"""{version: the statements that bring a spool of that version to the next one}.
-
-A new spool runs them all from 0. A layout change appends a step (e.g. `ALTER TABLE ...
-ADD COLUMN`) and raises SCHEMA_VERSION; never edit a released step.
-"""
+__all__ = ["NO_JOB", "SCHEMA_VERSION", "OutboxRow", "QuarantinedRow", "Spool", "SpoolError"]
 
 NO_JOB = 0  # pieces.job_id for time a GPU was held by no job (Slurm job ids start at 1)
 
@@ -438,7 +309,7 @@ class Spool:
             version = self._version()  # again: another connection may have migrated it
             self._refuse_newer(version)
             for step in range(version, SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
+                for statement in MIGRATIONS[step]:
                     db.execute(statement)
             db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
