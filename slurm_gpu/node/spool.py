@@ -21,8 +21,9 @@ Every tick is one transaction: a crash loses at most the tick in progress.
 
 The spool outlives upgrades of the agent with rows still in it, so its layout carries a
 version (`PRAGMA user_version`): an older spool is migrated in place at open (the steps
-are in spool_layout.py), a newer one is refused untouched. Every statement names its columns, so a column added by a migration
-(appended at the table's end) cannot shift the others.
+are in spool_layout.py), a newer one is refused untouched. Every statement names its
+columns, so a column added by a migration (appended at the table's end) cannot shift the
+others.
 """
 
 from __future__ import annotations
