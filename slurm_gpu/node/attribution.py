@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpmMetrics, GpuSnapshot
@@ -50,9 +51,11 @@ class JobSpan:
         return self.start <= a and (self.end is None or b <= self.end)
 
 
-@dataclass(frozen=True)
-class Piece:
+class Piece(NamedTuple):
     """Part of a read window attributed to one job (job_id None: GPU not allocated).
+
+    A NamedTuple, not a dataclass: every GPU makes one or more a tick, and a frozen
+    dataclass costs a Python call per field to build (bench/agent).
 
     Attributes:
         mem_used_bytes: memory in use at the read, for the piece that holds the read
@@ -129,17 +132,20 @@ def period_start(t: float, period: float) -> float:
 
 def cut_points(w0: float, w1: float, spans: list[JobSpan], period: float) -> list[float]:
     """Window edges, job edges and period boundaries inside (w0, w1], sorted."""
-    points = {w0, w1}
-    for span in spans:
-        for edge in (span.start, span.end):
-            if edge is not None and w0 < edge < w1:
-                points.add(edge)
+    inside = [
+        edge
+        for span in spans
+        for edge in (span.start, span.end)
+        if edge is not None and w0 < edge < w1
+    ]
     if period > 0:
         boundary = period_start(w0, period) + period
         while boundary < w1:
-            points.add(boundary)
+            inside.append(boundary)
             boundary += period
-    return sorted(points)
+    if not inside:  # the usual window: one job (or none) throughout, inside one period
+        return [w0, w1]
+    return sorted({w0, w1, *inside})
 
 
 def split_window(
