@@ -31,7 +31,7 @@ from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary, LostGpu
 from slurm_gpu.node.attribution import JobSpan, period_start, split_window
 from slurm_gpu.node.hookfiles import read_bindings, read_events
 from slurm_gpu.node.outbox import fields_of
-from slurm_gpu.node.spool import Spool
+from slurm_gpu.node.spool import PieceBatch, Spool
 from slurm_gpu.slurm.gres import GresGpuFile, index_to_minor
 
 log = logging.getLogger(__name__)
@@ -179,10 +179,12 @@ class NodeAgent:
         updates: dict[str, tuple[float | None, float | None, float | None]] = {}
         try:
             with self.spool.transaction() as db:
+                batch = PieceBatch()
                 for device in self.devices:
                     updates[device.uuid] = self._read_gpu(
-                        db, device, spans, state.get(device.uuid), now, result
+                        db, batch, device, spans, state.get(device.uuid), now, result
                     )
+                batch.flush(db)  # before the runs that ended are summarized
                 self.spool.set_gpu_states(db, updates)
                 for run in sorted({s.run for s in spans if s.end is not None and s.end <= now}):
                     job_id, restart = run
@@ -238,13 +240,17 @@ class NodeAgent:
     def _read_gpu(
         self,
         db: sqlite3.Connection,
+        batch: PieceBatch,
         device: GpuDevice,
         spans: list[JobSpan],
         state: tuple[float | None, float | None, float | None] | None,
         now: float,
         result: TickResult,
     ) -> tuple[float | None, float | None, float | None]:
-        """Reads one GPU into the spool; returns where its next read starts (gpu_state)."""
+        """Reads one GPU into the spool; returns where its next read starts (gpu_state).
+
+        Its pieces go into `batch`, written by the tick (or here, before a seal).
+        """
         last_read, last_sample, last_energy = state or (None, None, None)
         continuous = last_read is not None and 0 < now - last_read <= self.max_gap
         w0 = last_read if continuous and last_read is not None else now - self.interval
@@ -283,8 +289,7 @@ class NodeAgent:
         if unallocated:
             result.unallocated[device.uuid] = unallocated
         for n, piece in enumerate(pieces):
-            self.spool.add_piece(
-                db,
+            batch.add(
                 device.uuid,
                 device.name,
                 piece,
@@ -301,6 +306,7 @@ class NodeAgent:
             [self._next_seal.get(device.uuid, -math.inf), *(p.period_start for p in pieces)]
         )
         if next_seal <= before:
+            batch.flush(db)  # sealing reads the period rows
             result.sealed += self.spool.seal_periods(db, self.node, device.uuid, before)
             next_seal = before + self.period  # what is left starts in a later period
         self._next_seal[device.uuid] = next_seal

@@ -42,7 +42,15 @@ from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.outbox import encode, fields_of
 from slurm_gpu.node.spool_layout import MIGRATIONS, SCHEMA_VERSION
 
-__all__ = ["NO_JOB", "SCHEMA_VERSION", "OutboxRow", "QuarantinedRow", "Spool", "SpoolError"]
+__all__ = [
+    "NO_JOB",
+    "SCHEMA_VERSION",
+    "OutboxRow",
+    "PieceBatch",
+    "QuarantinedRow",
+    "Spool",
+    "SpoolError",
+]
 
 NO_JOB = 0  # pieces.job_id for time a GPU was held by no job (Slurm job ids start at 1)
 
@@ -274,6 +282,92 @@ def _mean_power(row: _PieceRow) -> float | None:
     return row.power_joules / row.power_seconds
 
 
+class PieceBatch:
+    """A tick's pieces, merged into `pieces` and `job_acc` by one executemany per table.
+
+    The rows are merged in the order added, so the result is the one of an upsert per
+    piece; what reads those tables (sealing, a job's end) must come after `flush`.
+    """
+
+    __slots__ = ("_pieces", "_totals")
+
+    def __init__(self) -> None:
+        self._pieces: list[tuple[Any, ...]] = []
+        self._totals: list[tuple[Any, ...]] = []
+
+    def add(
+        self,
+        uuid: str,
+        model: str,
+        piece: Piece,
+        mem_total: int | None,
+        temperature: float | None,
+        ecc: int | None,
+        unallocated: tuple[int, ...],
+    ) -> None:
+        """One piece: its period row's terms (_PieceRow order) and its job's (_JOB_ACC_COLUMNS)."""
+        job = piece.job_id if piece.job_id is not None else NO_JOB
+        seconds = piece.end - piece.start
+        active = seconds * piece.active_count / piece.util_count if piece.util_count else 0.0
+        power = piece.power_watts
+        power_joules = None if power is None else power * seconds
+        gpm = _gpm_terms(piece)
+        self._pieces.append(
+            (
+                uuid,
+                job,
+                piece.period_start,
+                piece.start,
+                piece.end,
+                piece.util_sum,
+                piece.util_count,
+                piece.util_max,
+                piece.util_min,
+                active,
+                seconds,  # covered_seconds
+                piece.mem_used_bytes,  # mem_max
+                mem_total,
+                power_joules,
+                seconds if power_joules is not None else 0.0,  # power_seconds
+                piece.energy_joules,
+                temperature,  # temp_max
+                ecc,
+                ",".join(map(str, sorted(unallocated))) if unallocated else "",
+                piece.restart,
+                *gpm,
+            )
+        )
+        if job == NO_JOB:
+            return
+        self._totals.append(
+            (
+                job,
+                piece.restart,
+                uuid,
+                model,
+                seconds,  # covered
+                piece.util_sum,
+                piece.util_count,
+                piece.util_max,
+                active,
+                piece.mem_used_bytes,  # mem_max
+                (piece.mem_estimate_bytes or 0) / 2**30 * seconds,  # mem_gib_seconds
+                piece.energy_joules,
+                1,  # readings
+                *gpm,
+            )
+        )
+
+    def flush(self, db: sqlite3.Connection) -> None:
+        """Writes the pieces added since the last flush."""
+        if self._pieces:
+            db.executemany(_PIECE_UPSERT, self._pieces)
+            self._pieces.clear()
+        if self._totals:
+            db.executemany(_JOB_ACC_UPSERT, self._totals)
+            self._totals.clear()
+
+
 class Spool:
     """One node's spool database.
 
@@ -466,49 +560,9 @@ class Spool:
         unallocated: tuple[int, ...],
     ) -> None:
         """Merges one piece into its open period row and into its job's totals."""
-        job = piece.job_id if piece.job_id is not None else NO_JOB
-        seconds = piece.seconds
-        active = seconds * piece.active_count / piece.util_count if piece.util_count else 0.0
-        power_joules = None if piece.power_watts is None else piece.power_watts * seconds
-        row = _PieceRow(
-            uuid=uuid,
-            job_id=job,
-            period_start=piece.period_start,
-            start=piece.start,
-            end=piece.end,
-            util_sum=piece.util_sum,
-            util_count=piece.util_count,
-            util_max=piece.util_max,
-            util_min=piece.util_min,
-            active_seconds=active,
-            covered_seconds=seconds,
-            mem_max=piece.mem_used_bytes,
-            mem_total=mem_total,
-            power_joules=power_joules,
-            power_seconds=seconds if power_joules is not None else 0.0,
-            energy=piece.energy_joules,
-            temp_max=temperature,
-            ecc=ecc,
-            unallocated=",".join(str(p) for p in sorted(unallocated)),
-            restart=piece.restart,
-        )
-        gpm = _gpm_terms(piece)
-        db.execute(_PIECE_UPSERT, row[:_PIECE_BASE] + gpm)
-        if job == NO_JOB:
-            return
-        totals = _JobAccRow(
-            model=model,
-            covered=seconds,
-            util_sum=piece.util_sum,
-            util_count=piece.util_count,
-            util_max=piece.util_max,
-            active_seconds=active,
-            mem_max=piece.mem_used_bytes,
-            mem_gib_seconds=(piece.mem_estimate_bytes or 0) / 2**30 * seconds,
-            energy=piece.energy_joules,
-            readings=1,
-        )
-        db.execute(_JOB_ACC_UPSERT, (job, piece.restart, uuid, *totals[:_ACC_BASE], *gpm))
+        batch = PieceBatch()
+        batch.add(uuid, model, piece, mem_total, temperature, ecc, unallocated)
+        batch.flush(db)
 
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
