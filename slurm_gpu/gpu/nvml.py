@@ -121,6 +121,7 @@ class NvmlSource:
         self._logged: set[tuple[str, str, int]] = set()
         self._handles: dict[str, Any] = {}
         self._gpm: dict[str, _Gpm] = {}  # uuid -> its GPM samples (GPUs with GPM only)
+        self._per_field: set[str] = set()  # uuids read field by field (_all_fields)
         self._closed = False
         try:
             pynvml.nvmlInit()
@@ -181,25 +182,10 @@ class NvmlSource:
             handle = self._handles.get(device.uuid) or pynvml.nvmlDeviceGetHandleByUUID(device.uuid)
             self._handles[device.uuid] = handle
             uuid = device.uuid
-            memory = self._memory(uuid, handle)
-            power_mw = self._field(uuid, "power", lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
-            energy_mj = self._field(
-                uuid, "energy", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-            )
-            temperature = self._field(
-                uuid,
-                "temperature",
-                lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
-            )
-            ecc = self._field(
-                uuid,
-                "ecc",
-                lambda: pynvml.nvmlDeviceGetTotalEccErrors(
-                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
-                ),
-            )
-            processes = self._field(
-                uuid, "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            memory, power_mw, energy_mj, temperature, ecc, processes = (
+                self._fields(uuid, handle)
+                if uuid in self._per_field
+                else self._all_fields(uuid, handle)
             )
             samples = self._samples(uuid, handle, samples_since)
             gpm = self._gpm_read(uuid, handle, now) if uuid in self._gpm else None
@@ -225,6 +211,52 @@ class NvmlSource:
                 for p in processes
             ),
             gpm=gpm,
+        )
+
+    def _all_fields(self, uuid: str, handle: Any) -> tuple[Any, ...]:
+        """The point readings of a GPU that answers them all: one call each, as a bare loop.
+
+        The first field it does not answer sends the GPU to `_fields`, field by field,
+        from then on (this read is made again there: reads only); a lost GPU raises.
+        """
+        try:
+            return (
+                pynvml.nvmlDeviceGetMemoryInfo(handle),
+                pynvml.nvmlDeviceGetPowerUsage(handle),
+                pynvml.nvmlDeviceGetTotalEnergyConsumption(handle),
+                pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+                pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                ),
+                pynvml.nvmlDeviceGetComputeRunningProcesses(handle),
+            )
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_GONE:
+                raise _GpuLost(str(exc)) from exc
+            self._per_field.add(uuid)
+            return self._fields(uuid, handle)
+
+    def _fields(self, uuid: str, handle: Any) -> tuple[Any, ...]:
+        """The point readings one by one: None for each the GPU does not answer (logged once)."""
+        return (
+            self._memory(uuid, handle),
+            self._field(uuid, "power", lambda: pynvml.nvmlDeviceGetPowerUsage(handle)),
+            self._field(uuid, "energy", lambda: pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)),
+            self._field(
+                uuid,
+                "temperature",
+                lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            ),
+            self._field(
+                uuid,
+                "ecc",
+                lambda: pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                ),
+            ),
+            self._field(
+                uuid, "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            ),
         )
 
     def _memory(self, uuid: str, handle: Any) -> Any:
