@@ -148,6 +148,10 @@ class NodeAgent:
         self._next_seal: dict[str, float] = {}
         self._gpu_state: dict[str, tuple[float | None, float | None, float | None]] | None = None
         self._het: dict[int, int] = {}  # job id: its het job's leader, from the bindings
+        # The spool's spans as last read; None once this agent changed them (an event, an
+        # adopted binding, a summarized run, a rollback): it is their only writer, so a
+        # tick that changed none reads none (saves a query a tick).
+        self._spans: list[JobSpan] | None = None
         # uuid -> where its current unbroken run of readings began (GpuActivity.measured_since)
         self._measured_since: dict[str, float] = {}
         # GPUs that cannot be read, by uuid ("minor:N" for one NVML never showed)
@@ -168,10 +172,13 @@ class NodeAgent:
             with self.spool.transaction() as db:
                 for item in event_files:
                     self.spool.apply_event(db, item.event)
+            self._spans = None  # the events opened or closed spans
         for item in event_files:
             item.path.unlink(missing_ok=True)
         result.events = len(event_files)
-        spans = self._adopt_orphan_bindings(self.spool.spans())
+        if self._spans is None:
+            self._spans = self.spool.spans()
+        spans = self._adopt_orphan_bindings(self._spans)
         # Where each GPU's reads stand: the spool's at the first tick, then this agent's own
         # (it is the only writer), kept once committed.
         state = self._gpu_state if self._gpu_state is not None else self.spool.gpu_state()
@@ -187,6 +194,7 @@ class NodeAgent:
                 batch.flush(db)  # before the runs that ended are summarized
                 self.spool.set_gpu_states(db, updates)
                 for run in sorted({s.run for s in spans if s.end is not None and s.end <= now}):
+                    self._spans = None
                     job_id, restart = run
                     result.summaries += self.spool.finish_job(
                         db, self.node, job_id, self.index_uuid, restart
@@ -198,6 +206,7 @@ class NodeAgent:
                 lost = self._queue_lost(db, now)
         except BaseException:
             self._next_seal.clear()  # rolled back: which periods are open is unknown again
+            self._spans = None
             raise
         if lost is not None:
             self._lost_reported = lost  # committed
@@ -231,10 +240,14 @@ class NodeAgent:
             for b in bindings
             if (b.job_id, b.restart, b.slurm_index) not in known
         ]
-        if adopted:
+        if not adopted:
+            return spans
+        try:
             with self.spool.transaction() as db:
                 for span in adopted:
                     self.spool.add_span(db, span)
+        finally:
+            self._spans = None  # re-read next tick, in the spool's order
         return spans + adopted
 
     def _read_gpu(
