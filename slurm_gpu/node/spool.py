@@ -145,8 +145,8 @@ _GPM_FIGURES = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw")
 _GPM_COLUMNS = ("gpm_seconds", *(f"{n}_{s}" for n in _GPM_FIGURES for s in ("psec", "sec")))
 assert _PieceRow._fields[-len(_GPM_COLUMNS) :] == _GPM_COLUMNS
 assert _JobAccRow._fields[-len(_GPM_COLUMNS) :] == _GPM_COLUMNS
-_PIECE_BASE = len(_PieceRow._fields) - len(_GPM_COLUMNS)
-_ACC_BASE = len(_JobAccRow._fields) - len(_GPM_COLUMNS)
+# (model field, its psec column, its sec column) of each figure (_gpm_means)
+_GPM_MEANS = tuple((f"{n}_mean_percent", f"{n}_psec", f"{n}_sec") for n in _GPM_FIGURES)
 _SPAN_COLUMNS = (
     "job_id",
     "slurm_index",
@@ -268,9 +268,9 @@ def _gpm_terms(piece: Piece) -> tuple[float, ...]:
 def _gpm_means(row: _PieceRow | _JobAccRow) -> dict[str, Any]:
     """The model's GPM fields from a row's sums: None where a figure was never measured."""
     means: dict[str, Any] = {"gpm_seconds": row.gpm_seconds}
-    for name in _GPM_FIGURES:
-        psec, sec = getattr(row, f"{name}_psec"), getattr(row, f"{name}_sec")
-        means[f"{name}_mean_percent"] = psec / sec if sec > 0 else None
+    for mean, psec_column, sec_column in _GPM_MEANS:
+        psec, sec = getattr(row, psec_column), getattr(row, sec_column)
+        means[mean] = psec / sec if sec > 0 else None
     return means
 
 
@@ -567,12 +567,14 @@ class Spool:
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
         """Moves this GPU's period rows that ended by `before` to the outbox."""
+        where = "uuid = ? AND period_start <= ?"
         rows = db.execute(
-            f"SELECT {_columns(_PieceRow._fields)} FROM pieces"
-            " WHERE uuid = ? AND period_start <= ? ORDER BY period_start",
+            f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE {where} ORDER BY period_start",
             (uuid, before),
         ).fetchall()
-        return cls._seal(db, node, [_PieceRow(*r) for r in rows])
+        cls._seal(db, node, rows)
+        db.execute(f"DELETE FROM pieces WHERE {where}", (uuid, before))  # the rows sealed
+        return len(rows)
 
     @classmethod
     def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int, restart: int = 0) -> int:
@@ -581,16 +583,21 @@ class Spool:
         Without this a job's last period would reach the store after its summary, and a
         reader who trusts the summary would see intervals short of it.
         """
+        where = "job_id = ? AND restart = ?"
         rows = db.execute(
-            f"SELECT {_columns(_PieceRow._fields)} FROM pieces"
-            " WHERE job_id = ? AND restart = ? ORDER BY uuid, period_start",
+            f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE {where}"
+            " ORDER BY uuid, period_start",
             (job_id, restart),
         ).fetchall()
-        return cls._seal(db, node, [_PieceRow(*r) for r in rows])
+        cls._seal(db, node, rows)
+        db.execute(f"DELETE FROM pieces WHERE {where}", (job_id, restart))  # the rows sealed
+        return len(rows)
 
     @staticmethod
-    def _seal(db: sqlite3.Connection, node: str, rows: list[_PieceRow]) -> int:
-        for r in rows:
+    def _seal(db: sqlite3.Connection, node: str, rows: list[tuple[Any, ...]]) -> None:
+        """Queues period rows (in _PieceRow order) as intervals; the caller deletes them."""
+        queued = []
+        for r in map(_PieceRow._make, rows):
             interval = GpuInterval(
                 node=node,
                 gpu_uuid=r.uuid,
@@ -609,19 +616,13 @@ class Spool:
                 energy_joules=r.energy,
                 temperature_max_celsius=r.temp_max,
                 ecc_errors_total=r.ecc,
-                unallocated_pids=tuple(int(p) for p in r.unallocated.split(",") if p),
+                unallocated_pids=tuple(map(int, r.unallocated.split(","))) if r.unallocated else (),
                 **_gpm_means(r),
             )
-            db.execute(
-                "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)",
-                (f"{node}:{r.uuid}:{r.start!r}", encode(fields_of(interval))),
-            )
-            db.execute(
-                "DELETE FROM pieces WHERE uuid = ? AND job_id = ? AND restart = ?"
-                " AND period_start = ?",
-                (r.uuid, r.job_id, r.restart, r.period_start),
-            )
-        return len(rows)
+            queued.append((f"{node}:{r.uuid}:{r.start!r}", encode(fields_of(interval))))
+        db.executemany(
+            "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)", queued
+        )
 
     @staticmethod
     def finish_job(
