@@ -333,7 +333,10 @@ class NvmlSource:
         gpm = self._gpm[uuid]
         target = 1 if gpm.newest == 0 else 0
         sample = gpm.samples[target]
-        if self._field(uuid, "gpm-sample", lambda: pynvml.nvmlGpmSampleGet(handle, sample)) is None:
+        try:
+            pynvml.nvmlGpmSampleGet(handle, sample)
+        except pynvml.NVMLError as exc:
+            self._unanswered(uuid, "gpm-sample", exc)
             return None
         previous, previous_time = gpm.newest, gpm.newest_time
         gpm.newest, gpm.newest_time = target, now
@@ -344,7 +347,10 @@ class NvmlSource:
         _GPM_SAMPLES.pack_into(
             request, _GPM_SAMPLES_AT, gpm.addresses[previous], gpm.addresses[target]
         )
-        if self._field(uuid, "gpm-metrics", lambda: pynvml.nvmlGpmMetricsGet(request)) is None:
+        try:
+            pynvml.nvmlGpmMetricsGet(request)
+        except pynvml.NVMLError as exc:
+            self._unanswered(uuid, "gpm-metrics", exc)
             return None
         read = _GPM_VALUES.unpack_from(request, _GPM_VALUES_AT)  # (nvmlReturn, value) each
         codes, values = read[::2], read[1::2]
@@ -364,10 +370,14 @@ class NvmlSource:
         try:
             return read()
         except pynvml.NVMLError as exc:
-            if exc.value in _GPU_GONE:
-                raise _GpuLost(str(exc)) from exc
-            self._log_once(uuid, name, exc)
+            self._unanswered(uuid, name, exc)
             return None
+
+    def _unanswered(self, uuid: str, name: str, exc: pynvml.NVMLError) -> None:
+        """A call that failed: a lost GPU raises _GpuLost, anything else is logged once."""
+        if exc.value in _GPU_GONE:
+            raise _GpuLost(str(exc)) from exc
+        self._log_once(uuid, name, exc)
 
     def _log_once(self, where: str, what: str, exc: Exception) -> None:
         code = int(getattr(exc, "value", -1))

@@ -230,8 +230,11 @@ class NodeAgent:
 
         Returns `spans` plus the spans adopted from bindings.
         """
-        known = {(s.job_id, s.restart, s.slurm_index) for s in spans}
         bindings = read_bindings(self.node_dir)
+        if not bindings:  # no job holds a GPU here
+            self._het = {}
+            return spans
+        known = {(s.job_id, s.restart, s.slurm_index) for s in spans}
         self._het = {b.job_id: b.het_job_id for b in bindings if b.het_job_id is not None}
         adopted = [
             JobSpan(

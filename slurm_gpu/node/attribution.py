@@ -180,7 +180,12 @@ def split_window(
         else energy_shares(w0, w1, points, snapshot, energy_delta)
     )
     pieces: list[Piece] = []
-    w0_owner = next((s for s in spans if s.start <= w0 and (s.end is None or s.end > w0)), None)
+    # Who held the GPU at w0, for the pieces before the read (none in a one-piece window).
+    w0_owner = (
+        None
+        if len(points) == 2
+        else next((s for s in spans if s.start <= w0 and (s.end is None or s.end > w0)), None)
+    )
     span = gpm_span(w0, w1, snapshot)
     # One GPM window is the finest truth NVML gives: its means are all that is known of
     # any part of it, so a job that starts or ends inside a window (and the idle time or
