@@ -318,9 +318,9 @@ class NodeAgent:
             if span.end is None:
                 self._queue_activity(db, device.uuid, span, snap, w0, now)
         before = period_start(now, self.period) - self.period
-        next_seal = min(
-            [self._next_seal.get(device.uuid, -math.inf), *(p.period_start for p in pieces)]
-        )
+        next_seal = self._next_seal.get(device.uuid, -math.inf)
+        if pieces:  # in time order: the first starts in the earliest period
+            next_seal = min(next_seal, pieces[0].period_start)
         if next_seal <= before:
             batch.flush(db)  # sealing reads the period rows
             result.sealed += self.spool.seal_periods(db, self.node, device.uuid, before)

@@ -246,6 +246,16 @@ _SPAN_INSERT = (
 )
 
 
+# Sealing: a GPU's periods that ended, an ended run's periods (built once: a statement
+# is looked up in the connection's cache by its text)
+_GPU_PERIODS = "uuid = ? AND period_start <= ?"
+_RUN_PERIODS = "job_id = ? AND restart = ?"
+_SELECT_PIECES = f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE "
+_SELECT_GPU_PERIODS = f"{_SELECT_PIECES}{_GPU_PERIODS} ORDER BY period_start"
+_SELECT_RUN_PERIODS = f"{_SELECT_PIECES}{_RUN_PERIODS} ORDER BY uuid, period_start"
+_DELETE_GPU_PERIODS = f"DELETE FROM pieces WHERE {_GPU_PERIODS}"
+_DELETE_RUN_PERIODS = f"DELETE FROM pieces WHERE {_RUN_PERIODS}"
+
 _NO_GPM = (0.0,) * len(_GPM_COLUMNS)  # _GPM_COLUMNS of a piece GPM did not measure
 
 
@@ -567,13 +577,9 @@ class Spool:
     @classmethod
     def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
         """Moves this GPU's period rows that ended by `before` to the outbox."""
-        where = "uuid = ? AND period_start <= ?"
-        rows = db.execute(
-            f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE {where} ORDER BY period_start",
-            (uuid, before),
-        ).fetchall()
+        rows = db.execute(_SELECT_GPU_PERIODS, (uuid, before)).fetchall()
         cls._seal(db, node, rows)
-        db.execute(f"DELETE FROM pieces WHERE {where}", (uuid, before))  # the rows sealed
+        db.execute(_DELETE_GPU_PERIODS, (uuid, before))  # the rows sealed
         return len(rows)
 
     @classmethod
@@ -583,14 +589,9 @@ class Spool:
         Without this a job's last period would reach the store after its summary, and a
         reader who trusts the summary would see intervals short of it.
         """
-        where = "job_id = ? AND restart = ?"
-        rows = db.execute(
-            f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE {where}"
-            " ORDER BY uuid, period_start",
-            (job_id, restart),
-        ).fetchall()
+        rows = db.execute(_SELECT_RUN_PERIODS, (job_id, restart)).fetchall()
         cls._seal(db, node, rows)
-        db.execute(f"DELETE FROM pieces WHERE {where}", (job_id, restart))  # the rows sealed
+        db.execute(_DELETE_RUN_PERIODS, (job_id, restart))  # the rows sealed
         return len(rows)
 
     @staticmethod
