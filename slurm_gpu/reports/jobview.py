@@ -15,7 +15,10 @@ from slurm_gpu.models import GpuActivity
 from slurm_gpu.reports.records import is_running
 from slurm_gpu.reports.runs import notes_per_run, run_of, runs
 from slurm_gpu.reports.status import Freshness
+from slurm_gpu.reports.timeline import Segment, Timeline, build, from_hourly, from_interval
+from slurm_gpu.reports.timeline import render as render_timeline
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
+from slurm_gpu.store import Store
 from slurm_gpu.units import GIB, is_known
 
 BAR = 20
@@ -281,6 +284,41 @@ def stale_nodes(
     return out
 
 
+def job_timeline(
+    store: Store,
+    job: Mapping[str, Any],
+    gpus: Sequence[Mapping[str, Any]],
+    *,
+    gpm_supported: Mapping[str, bool | None] | None = None,
+) -> Timeline | None:
+    """The job's timeline: its stored intervals per GPU (and hourly rollups of old ones).
+
+    Spans the job's start to its end (a running job: to its newest shipped interval);
+    every GPU of `gpus` has a line, one without readings a line of gaps.
+    """
+    job_id = int(job["job_id"])
+    segments: dict[tuple[str, str], list[Segment]] = {
+        (str(g["node"]), str(g["gpu_uuid"])): [] for g in gpus if g.get("gpu_uuid")
+    }
+    for hour in store.hourly(job_id=job_id):
+        segments.setdefault((hour.node, hour.gpu_uuid), []).append(from_hourly(hour))
+    for row in store.intervals(job_id=job_id):
+        segments.setdefault((row.node, row.gpu_uuid), []).append(from_interval(row))
+    models = {
+        (str(g["node"]), str(g["gpu_uuid"])): str(g.get("gpu_model") or "")
+        for g in gpus
+        if g.get("gpu_uuid")
+    }
+    end = None if is_running(job.get("state")) else job.get("end_time")
+    return build(
+        segments,
+        start=job.get("start_time"),
+        end=end,
+        models=models,
+        gpm_supported=gpm_supported,
+    )
+
+
 def _f(value: Any) -> float:
     return float(value) if value is not None else math.nan
 
@@ -302,8 +340,14 @@ def render_job(
     limits: Thresholds,
     currency: str,
     stale: list[str] | None = None,
+    timeline: Timeline | None = None,
+    ascii_only: bool = False,
 ) -> str:
-    """The text of `slurm-gpu job`; `stale`: `stale_nodes` lines (running jobs)."""
+    """The text of `slurm-gpu job`; `stale`: `stale_nodes` lines (running jobs).
+
+    `timeline`: the job's life per GPU (reports/timeline.py), drawn after the tables in
+    Unicode blocks, or in ASCII with `ascii_only`.
+    """
     lines: list[str] = []
     running = is_running(job.get("state"))
     lines.append(f"Job {job['job_id_text']} ({job['job_id']}) {job.get('name') or ''}".rstrip())
@@ -382,6 +426,10 @@ def render_job(
             f"{bar(_f(mem) / _f(total) if is_known(mem) and total else None)}"
         )
     lines.extend(_gpm_table(gpus, several))
+    drawn = render_timeline(timeline, ascii_only=ascii_only)
+    if drawn:
+        lines.append("")
+        lines.extend(drawn)
     advice = notes(job, gpus, limits)
     if advice:
         lines.append("")
