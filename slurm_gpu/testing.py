@@ -478,7 +478,7 @@ def _idle(_time: float) -> float:
     return 0.0
 
 
-_GPM_FIELDS = frozenset(f.name for f in dataclasses.fields(GpmMetrics)) - {"start", "end"}
+_GPM_FIELDS = frozenset(GpmMetrics._fields) - {"start", "end"}
 
 
 if TYPE_CHECKING:

@@ -74,6 +74,7 @@ def gpus_cmd(as_json: bool) -> None:
                 record = {
                     **dataclasses.asdict(device),
                     **dataclasses.asdict(snap),
+                    "gpm": None if snap.gpm is None else snap.gpm._asdict(),
                     "util_mean_percent": util,
                 }
                 record.pop("samples")

@@ -6,21 +6,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from slurm_gpu.models import GpuDevice, GpuProcess
 
 
-@dataclass(frozen=True)
-class UtilSample:
-    """One NVML utilization sample: when (POSIX seconds) and how busy (percent)."""
+class UtilSample(NamedTuple):
+    """One NVML utilization sample: when (POSIX seconds) and how busy (percent).
+
+    A named tuple, like GpmMetrics: the agent builds several per GPU per tick, and a
+    tuple is built several times faster than a frozen dataclass (bench/agent).
+    """
 
     time: float
     util_percent: float
 
 
-@dataclass(frozen=True)
-class GpmMetrics:
+class GpmMetrics(NamedTuple):
     """NVML GPM metrics between two GPM samples of one GPU (`nvmlGpmMetricsGet`).
 
     Each figure is the time-weighted mean over (start, end], the span between the two

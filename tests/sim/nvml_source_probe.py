@@ -29,7 +29,16 @@ def _recording_lookup(name: str) -> Any:
 
 pynvml._nvmlGetFunctionPointer = _recording_lookup
 
+from slurm_gpu.gpu import GpuSnapshot  # noqa: E402
 from slurm_gpu.gpu.nvml import NvmlSource  # noqa: E402  (after the lookup is recorded)
+
+
+def snapshot_record(snap: GpuSnapshot) -> dict[str, Any]:
+    """A snapshot as JSON-ready fields (its samples and GPM metrics are named tuples)."""
+    record = dataclasses.asdict(snap)
+    record["samples"] = [s._asdict() for s in snap.samples]
+    record["gpm"] = None if snap.gpm is None else snap.gpm._asdict()
+    return record
 
 
 def main() -> None:
@@ -43,7 +52,7 @@ def main() -> None:
     for n in range(ask["reads"]):
         if n:
             time.sleep(ask["pause"])
-        reads.append([dataclasses.asdict(source.snapshot(d, 0.0)) for d in devices])
+        reads.append([snapshot_record(source.snapshot(d, 0.0)) for d in devices])
     source.close()
     source.close()  # twice: the samples are freed once
     print(
