@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,12 @@ from slurm_gpu.cli.sacct import (
     period_options,
     resolve_period,
 )
-from slurm_gpu.reports.monthly import build_monthly, write_monthly
+from slurm_gpu.delivery import Mailing, OutboxTransport, SmtpTransport, Transport, deliver
+from slurm_gpu.errors import SlurmError
+from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.statements import build_statements, empty_note, write_statements
 from slurm_gpu.reports.summary import GROUP_KEYS, build_report, report_fields
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.timespec import format_sacct_time
@@ -195,40 +199,158 @@ def report_command(
     echo_warnings(env)
 
 
+def resolve_month(text: str | None, now: dt.datetime) -> str:
+    """`--month`: YYYY-MM as given, "last" (or nothing) the previous month, "this" this one.
+
+    Raises:
+        click.BadParameter: none of these.
+    """
+    if text is None or text == "last":
+        return (now.replace(day=1) - dt.timedelta(days=1)).strftime("%Y-%m")
+    if text == "this":
+        return now.strftime("%Y-%m")
+    month_period(text, now.tzinfo)  # a bad --month is a usage error naming the option
+    return text
+
+
 @click.command("monthly")
 @click.option(
     "--month",
     default=None,
-    metavar="YYYY-MM",
-    help="The calendar month (local time; default: the previous month).",
+    metavar="YYYY-MM|last|this",
+    help="The calendar month (local time; default: last, the previous month).",
 )
 @click.option(
     "--out",
     "out",
-    required=True,
+    default=None,
     type=click.Path(file_okay=False, path_type=Path),
-    help="Folder for index.html and the CSV files (created).",
+    help="Folder for index.html and the CSV files (created; default: "
+    "<[reports] monthly_dir>/<YYYY-MM>).",
 )
 @click.option("--top", type=click.IntRange(min=1), default=20, show_default=True,
               metavar="N", help="Wasteful jobs listed.")  # fmt: skip
+@click.option(
+    "--deliver",
+    "--mail",
+    "deliver",
+    is_flag=True,
+    help="Mail the report to [notify] admin_emails and each account's statement to its "
+    "coordinators (sacctmgr), once per month and recipient (admins only).",
+)
+@click.option("--resend", is_flag=True, help="With --deliver: send again what went out before.")
+@click.option(
+    "--outbox",
+    default=None,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="With --deliver: write the messages as .eml files here instead of sending them "
+    "(default: [reports] mail_outbox; unset sends by [notify] SMTP).",
+)
 @pass_app
-def monthly_command(app: App, month: str | None, out: Path, top: int) -> None:
+def monthly_command(
+    app: App,
+    month: str | None,
+    out: Path | None,
+    top: int,
+    deliver: bool,
+    resend: bool,
+    outbox: Path | None,
+) -> None:
     """The monthly report: one self-contained HTML page (inline SVG charts) and CSV files.
 
     Cluster overview, GPU-hours and cost by account and user, utilization distribution,
     idle waste, top wasteful jobs, queue wait by partition, a node heat map, and what the
-    controller did. You see only the jobs you may see (all of them for admins).
+    controller did. You see only the jobs you may see (all of them for admins). A month
+    without usage gets a report that says so.
+
+    With --deliver (the monthly timer, conf/systemd/slurm-gpu-monthly.timer), each
+    account's statement (its users, GPU-hours, idle GPU-hours, cost, the controller's
+    actions on its jobs) is written under <out>/statements/ and mailed to the account's
+    coordinators, the whole report to the admins; a second run sends nothing twice.
     """
+    if (resend or outbox is not None) and not deliver:
+        raise click.UsageError("--resend and --outbox go with --deliver")
+    if deliver:
+        app.require_admin("report monthly --deliver")
     env = app.report_env
-    if month is None:
-        previous = env.now.replace(day=1) - dt.timedelta(days=1)
-        month = previous.strftime("%Y-%m")
-    month_period(month, env.tz)  # a bad --month is a usage error naming the option
+    month = resolve_month(month, env.now)
+    if out is None:
+        out = Path(env.config.reports.monthly_dir) / month
+    if deliver:
+        transport = _transport(app, outbox)
     report = build_monthly(env, month, waste_top=top)
+    empty = empty_note(report)
+    if empty is not None:
+        report.notes.insert(0, empty)
     try:
         files = write_monthly(report, out)
     except OSError as exc:  # e.g. a file in --out that the caller may not write
         raise click.ClickException(f"cannot write the report into {out}: {exc}") from None
     click.echo(f"monthly report {month} ({env.scope.describe()}): {files[0]}")
     click.echo(f"CSV files: {', '.join(f.name for f in files[1:])}")
+    if empty is not None:
+        click.echo(empty)
+    if deliver:
+        _deliver(app, report, files, out, transport, resend)
     echo_warnings(env)
+
+
+def _transport(app: App, outbox: Path | None) -> Transport:
+    """Where --deliver's messages go: the outbox folder, else [notify] SMTP."""
+    folder = outbox or (Path(app.config.reports.mail_outbox) if app.config.reports.mail_outbox
+                        else None)  # fmt: skip
+    if folder is not None:
+        return OutboxTransport(folder)
+    if not app.config.notify.smtp_host:
+        raise click.UsageError(
+            "--deliver has nowhere to send: set [notify] smtp_host, or [reports] mail_outbox "
+            "(or --outbox DIR) to write the messages into a folder"
+        )
+    return SmtpTransport(app.config.notify)
+
+
+def _deliver(
+    app: App,
+    report: MonthlyReport,
+    files: list[Path],
+    out: Path,
+    transport: Transport,
+    resend: bool,
+) -> None:
+    """Statements for every coordinated account, then the mails; exit 1 if one failed."""
+    notify = app.config.notify
+    try:
+        coordinators = app.slurm.coordinators()
+    except SlurmError as exc:
+        raise click.ClickException(f"cannot ask sacctmgr for the coordinators: {exc}") from None
+    mailing = Mailing(notify.admin_emails, coordinators, notify.user_email_domain,
+                      notify.smtp_from)  # fmt: skip
+    stated = sorted({*mailing.statement_accounts(), *(a["key"] for a in report.accounts)})
+    statements = build_statements(
+        app.report_env, report.month, stated, report.actions, owner=_account_of(app)
+    )
+    try:
+        written = write_statements(statements, out / "statements")
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the statements into {out}: {exc}") from None
+    if written:
+        click.echo(f"statements of {len(statements)} accounts: {out / 'statements'}")
+    if not mailing.admins:
+        click.echo("no report mailed to admins: [notify] admin_emails is empty")
+    outcomes = deliver(report, files, statements, mailing, app.store.deliveries, transport,
+                       resend=resend)  # fmt: skip
+    for outcome in outcomes:
+        click.echo(outcome.describe())
+    for account in sorted(set(stated) - set(mailing.statement_accounts())):
+        click.echo(f"statement {account}: no coordinator in sacctmgr, not mailed")
+    failed = [o for o in outcomes if o.status == "failed"]
+    if failed:
+        raise click.ClickException(f"{len(failed)} of {len(outcomes)} messages failed")
+
+
+def _account_of(app: App) -> Callable[[int], str | None]:
+    def owner(job_id: int) -> str | None:
+        job = app.store.job(job_id)
+        return (job.get("account") or None) if job else None
+
+    return owner

@@ -28,6 +28,12 @@ def _check_prices(prices: dict[str, float]) -> str | None:
     return None
 
 
+def _check_absolute(path: str) -> str | None:
+    if not path or path.startswith("/"):
+        return None
+    return f"expected an absolute path, got {json.dumps(path)}"
+
+
 @dataclass(frozen=True)
 class CostSettings:
     """[cost]: what GPU use costs, per GPU model."""
@@ -88,7 +94,7 @@ class AccessSettings:
 
 @dataclass(frozen=True)
 class ReportSettings:
-    """[reports]: the sacct, report, job and status commands."""
+    """[reports]: the sacct, report, job and status commands, and the monthly delivery."""
 
     # Read with a deprecation warning for one release; the next moves it to REMOVED_KEYS.
     RENAMED_KEYS: ClassVar[dict[str, str]] = {"hot_node_factor": "busy_node_factor"}
@@ -112,4 +118,20 @@ class ReportSettings:
     status_window: Duration = field(
         default=Duration(180.0),
         metadata=doc("`status` uses GPU intervals that ended this recently.", above=0),
+    )
+    monthly_dir: str = field(
+        default="/var/lib/slurm-gpu/reports",
+        metadata=doc(
+            "`report monthly` writes each month's report into <monthly_dir>/<YYYY-MM>/ "
+            "when no --out is given (the monthly timer's unit gives none).",
+            check=_check_absolute,
+        ),
+    )
+    mail_outbox: str = field(
+        default="",
+        metadata=doc(
+            "`report monthly --deliver` writes its messages as .eml files into this folder "
+            'instead of sending them by [notify] SMTP; "" sends them.',
+            check=_check_absolute,
+        ),
     )

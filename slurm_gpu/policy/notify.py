@@ -149,18 +149,12 @@ class Notifier:
         return sent
 
     def _email(self, message: Message, to: tuple[str, ...]) -> None:
-        s = self.settings
         mail = EmailMessage()
-        mail["From"] = s.smtp_from
+        mail["From"] = self.settings.smtp_from
         mail["To"] = ", ".join(to)
         mail["Subject"] = message.subject
         mail.set_content(message.body)
-        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=self.timeout) as smtp:
-            if s.smtp_starttls:
-                smtp.starttls()
-            if s.smtp_user and s.smtp_password_file:
-                smtp.login(s.smtp_user, Path(s.smtp_password_file).read_text().strip())
-            smtp.send_message(mail)
+        send_email(self.settings, mail, self.timeout)
 
     def _webhook(self, message: Message) -> None:
         # Slack's incoming-webhook format: {"text": "..."}; Mattermost and Teams accept it.
@@ -173,6 +167,20 @@ class Notifier:
         )
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             response.read()
+
+
+def send_email(settings: NotifySettings, mail: EmailMessage, timeout: float = 10.0) -> None:
+    """Sends one message through [notify]'s SMTP server (STARTTLS and login as set).
+
+    Raises:
+        OSError, smtplib.SMTPException: the server is unreachable or refused it.
+    """
+    with smtplib.SMTP(settings.smtp_host, settings.smtp_port, timeout=timeout) as smtp:
+        if settings.smtp_starttls:
+            smtp.starttls()
+        if settings.smtp_user and settings.smtp_password_file:
+            smtp.login(settings.smtp_user, Path(settings.smtp_password_file).read_text().strip())
+        smtp.send_message(mail)
 
 
 def notification_key(verdict: Verdict, now: float) -> str:

@@ -328,6 +328,20 @@ quota_actions = sa.Table(
     sa.Column("details", sa.Text(), nullable=False),
 )
 
+# What the monthly delivery mailed (revision 0007): each report or statement goes to each
+# recipient once per month (`slurm-gpu report monthly --deliver`; --resend sends again).
+report_deliveries = sa.Table(
+    "report_deliveries",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("month", sa.String(7), primary_key=True),
+    sa.Column("kind", sa.String(32), primary_key=True),
+    sa.Column("account", sa.String(NAME), primary_key=True),
+    sa.Column("recipient", sa.String(255), primary_key=True),
+    _time("time"),
+    sa.Column("message_id", sa.String(255), nullable=False),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -342,4 +356,5 @@ ALL_TABLES = (
     controller_lease,
     notifications,
     quota_actions,
+    report_deliveries,
 )

@@ -33,6 +33,7 @@ from slurm_gpu.models import (
 )
 from slurm_gpu.store import convert, rollup
 from slurm_gpu.store.control import ControlStore
+from slurm_gpu.store.deliveries import DeliveryLog
 from slurm_gpu.store.dialect import (
     WRITE,
     binary_bulk_rows,
@@ -84,7 +85,8 @@ class Store:
     Its methods are the accounting operations, each one transaction. Code beside it in
     this package (`queries`, `control`) runs its own SQL through `reading()` and
     `writing()`, which give the same transactions and error messages; `control` is
-    the controller's bookkeeping in the same database.
+    the controller's bookkeeping in the same database, `deliveries` what the monthly
+    delivery mailed.
 
     Args:
         url: SQLAlchemy URL: `sqlite:///PATH`, `postgresql[+psycopg]://...`,
@@ -179,6 +181,11 @@ class Store:
     def control(self) -> ControlStore:
         """The controller's records in this store (audit log, exemptions, lease...), built once."""
         return ControlStore(self)
+
+    @functools.cached_property
+    def deliveries(self) -> DeliveryLog:
+        """What the monthly delivery mailed (`report monthly --deliver`), built once."""
+        return DeliveryLog(self)
 
     def _sqlite_file(self) -> bool:
         database = self.engine.url.database

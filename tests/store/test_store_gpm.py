@@ -239,13 +239,20 @@ def test_report_bulk_reads_return_gpm_by_field_name(store: Store) -> None:
 def _old_columns(conn: sa.Connection) -> dict[str, list[str]]:
     """Each table's columns as the database has them now (reflected)."""
     inspector = sa.inspect(conn)
-    return {t.name: [c["name"] for c in inspector.get_columns(t.name)] for t in ALL_TABLES}
+    present = set(inspector.get_table_names())  # a later revision's tables are not there yet
+    return {
+        t.name: [c["name"] for c in inspector.get_columns(t.name)]
+        for t in ALL_TABLES
+        if t.name in present
+    }
 
 
 def _dump(conn: sa.Connection, columns: dict[str, list[str]]) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, only `columns`, in key order."""
     out = {}
     for table in ALL_TABLES:
+        if table.name not in columns:
+            continue
         names = columns[table.name]
         keys = [c.name for c in table.primary_key.columns]
         query: Any = sa.select(*(sa.column(n) for n in names)).select_from(sa.table(table.name))
@@ -313,8 +320,8 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
     with store.reading("rows before") as conn:
         before = _dump(conn, old_columns)
 
-    store.upgrade()
-    assert Store.head_revision() == store.current_revision() == "0006"
+    store.upgrade("0006")
+    assert "0006" == store.current_revision()
     with store.reading("rows after") as conn:
         assert before == _dump(conn, old_columns)
     assert jobs_before == queries.job_rows_in_window(store, T0, T0 + 7200)

@@ -1,0 +1,282 @@
+"""The monthly delivery: account statements (content, privacy), the mails, sent once.
+
+reports/statements.py builds each account's statement; slurm_gpu/delivery.py mails the
+whole report to the admins and each statement to its account's coordinators, once per
+month and recipient (the store's report_deliveries), unless resent. The messages are
+written by the real outbox transport and read back as a mail reader would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import email
+import email.policy
+from collections.abc import Callable
+from email.message import EmailMessage
+from pathlib import Path
+
+import pytest
+
+from slurm_gpu.access import Caller, Scope
+from slurm_gpu.config import Config
+from slurm_gpu.config.core import ClusterSettings
+from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.delivery import Mailing, OutboxTransport, deliver
+from slurm_gpu.models import Action, JobGpuSummary, Verdict
+from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
+from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.statements import (
+    Statement,
+    build_statements,
+    empty_note,
+    statement_files,
+    statement_text,
+)
+from slurm_gpu.store import Store
+from slurm_gpu.testing import FixedClock
+
+UTC = dt.UTC
+NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
+H = 3600.0
+ACCOUNT_USERS = {"physics": {"alice", "carol"}, "bio": {"bob", "carol"}}
+COORDINATORS = {"physics": {"dana"}, "bio": {"erin"}, "chem": {"frank"}}
+
+
+def summary(job: int, user: str, account: str, start: float, hours: float, gpu: str,
+            util: float) -> JobGpuSummary:  # fmt: skip
+    seconds = hours * H
+    return JobGpuSummary(
+        job_id=job, node="gpu1", gpu_uuid=gpu, gpu_model="NVIDIA A100", start=start,
+        end=start + seconds, gpu_seconds=seconds, util_mean_percent=util,
+        util_max_percent=util, active_seconds=seconds * (1.0 if util > 5 else 0.0),
+        mem_max_bytes=2**30, mem_gib_seconds=seconds, energy_joules=1000.0,
+        reading_count=10, missing_seconds=0.0, user=user, account=account, partition="gpu",
+    )  # fmt: skip
+
+
+@pytest.fixture
+def store(store: Store) -> Store:
+    """November: alice (physics), bob (bio, idle), carol in both accounts; audit entries."""
+    jobs = [
+        (1, "alice", "physics", NOV + 10 * H, 2.0, ["G1", "G2"], 80.0),
+        (2, "bob", "bio", NOV + 20 * H, 3.0, ["G3"], 0.0),
+        (3, "carol", "physics", NOV + 30 * H, 1.0, ["G4"], 50.0),
+        (4, "carol", "bio", NOV + 40 * H, 2.0, ["G1"], 60.0),
+    ]
+    store.upsert_jobs(
+        [
+            {"job_id": j, "user": u, "account": a, "partition": "gpu", "job_name": f"job{j}",
+             "state": "COMPLETED", "submit_time": start - 60, "start_time": start,
+             "end_time": start + hours * H, "nodes": "gpu1", "gpus": len(gpus)}
+            for j, u, a, start, hours, gpus, _ in jobs
+        ]
+    )  # fmt: skip
+    store.add_summaries(
+        [summary(j, u, a, s, h, g, util) for j, u, a, s, h, gpus, util in jobs for g in gpus]
+    )
+    control = store.control
+    at = NOV + 21 * H
+    cancel = Verdict("idle_gpu", Action.CANCEL, "job:2", "GPUs idle for 2 h", job_id=2,
+                     user="bob", account="bio")  # fmt: skip
+    control.audit([cancel], time=at, cycle="x", controller="h", dry_run=False, outcome="done")
+    hold = Verdict("gpu_quota", Action.HOLD, "job:1", "physics over its budget", job_id=1,
+                   user="alice", account="physics")  # fmt: skip
+    control.audit([hold], time=at + 60, cycle="y", controller="h", dry_run=False, outcome="done")
+    # Audited before the job's owner was known: judged by the job's account in the store.
+    warn = Verdict("idle_gpu", Action.WARN, "job:3", "GPU idle", job_id=3)
+    control.audit([warn], time=at + 120, cycle="z", controller="h", dry_run=False,
+                  outcome="recorded")  # fmt: skip
+    return store
+
+
+def env(store: Store) -> ReportEnv:
+    config = dataclasses.replace(
+        Config(), cluster=ClusterSettings(name="alpha"), cost=CostSettings(prices={"a100": 2.0})
+    )
+    now = dt.datetime(2026, 12, 1, 6, tzinfo=UTC)
+    return ReportEnv(config, store, None, Scope(Caller(0, "root"), True, reason="root"), now, [])
+
+
+def owner(store: Store) -> Callable[[int], str | None]:
+    def account_of(job_id: int) -> str | None:
+        job = store.job(job_id)
+        return str(job["account"]) if job else None
+
+    return account_of
+
+
+def statements(store: Store, month: str = "2026-11") -> dict[str, Statement]:
+    e = env(store)
+    report = build_monthly(e, month)
+    return build_statements(e, month, COORDINATORS, report.actions, owner=owner(store))
+
+
+def read_mails(folder: Path) -> dict[str, EmailMessage]:
+    """The outbox's messages by file name."""
+    out = {}
+    for path in sorted(folder.glob("*.eml")):
+        parsed = email.message_from_bytes(path.read_bytes(), policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        out[path.name] = parsed
+    return out
+
+
+def body(mail: EmailMessage) -> str:
+    part = mail.get_body(("plain",))
+    assert part is not None
+    return str(part.get_content())
+
+
+def attachments(mail: EmailMessage) -> dict[str, str]:
+    return {str(a.get_filename()): str(a.get_content()) for a in mail.iter_attachments()}
+
+
+# ---------------------------------------------------------------------- statements
+
+
+def test_statement_has_its_accounts_users_with_that_accounts_part_only(store: Store) -> None:
+    """bio: bob's 3 idle hours and carol's 2 bio hours (not her physics hour), at 2 EUR/h."""
+    bio = statements(store)["bio"]
+    assert ["bob", "carol"] == [u["user"] for u in bio.users]
+    bob, carol = bio.users
+    assert (3.0, 3.0, 6.0, 6.0) == pytest.approx(
+        (bob["gpu_hours"], bob["idle_gpu_hours"], bob["cost"], bob["idle_cost"])
+    )
+    assert (2.0, 0.0, 4.0) == pytest.approx(
+        (carol["gpu_hours"], carol["idle_gpu_hours"], carol["cost"])
+    )
+    assert 2 == bio.total["jobs"]
+    assert (5.0, 10.0) == pytest.approx((bio.total["gpu_hours"], bio.total["cost"]))
+
+
+@pytest.mark.parametrize("account", ["physics", "bio"])
+def test_a_statement_never_names_another_accounts_users(store: Store, account: str) -> None:
+    """No user outside the account appears in its text or CSV files, nor their jobs' actions."""
+    statement = statements(store)[account]
+    others = set().union(*ACCOUNT_USERS.values()) - ACCOUNT_USERS[account]
+    files = statement_files(statement)
+    for name, text in files.items():
+        for user in others:
+            assert user not in text, f"{user} in {name}"
+    assert ACCOUNT_USERS[account] == {u["user"] for u in statement.users}
+
+
+def test_statement_lists_the_controllers_actions_on_its_jobs(store: Store) -> None:
+    """bio gets the cancellation of job 2; physics the hold of job 1 and job 3's warning."""
+    s = statements(store)
+    assert [(2, "cancel")] == [(a["job_id"], a["action"]) for a in s["bio"].actions]
+    assert [(1, "hold"), (3, "warn")] == [(a["job_id"], a["action"]) for a in s["physics"].actions]
+    text = statement_text(s["bio"], UTC)
+    assert "2026-11-01 21:00  cancellation: idle_gpu cancel job 2 (bob), done" in text
+    assert "GPUs idle for 2 h" in text
+
+
+def test_an_account_without_usage_gets_a_statement_saying_so(store: Store) -> None:
+    """chem ran nothing: its statement says so and lists no action."""
+    chem = statements(store)["chem"]
+    assert (True, [], []) == (chem.empty, chem.users, chem.actions)
+    text = statement_text(chem)
+    assert "No GPU usage was recorded for account chem in 2026-11." in text
+    assert "What the controller did on this account's jobs:\n  nothing." in text
+
+
+# ---------------------------------------------------------------------- delivery
+
+
+def run_delivery(
+    store: Store, tmp_path: Path, month: str = "2026-11", *, resend: bool = False,
+    domain: str = "example.org",
+) -> tuple[list[str], MonthlyReport]:  # fmt: skip
+    e = env(store)
+    report = build_monthly(e, month)
+    note = empty_note(report)
+    if note:
+        report.notes.insert(0, note)
+    files = write_monthly(report, tmp_path / "reports" / month)
+    stated = build_statements(e, month, COORDINATORS, report.actions, owner=owner(store))
+    mailing = Mailing(["admin@example.org"], COORDINATORS, domain, "slurm-gpu@example.org")
+    outcomes = deliver(report, files, stated, mailing, store.deliveries,
+                       OutboxTransport(tmp_path / "outbox"), resend=resend,
+                       clock=FixedClock(NOV + 31 * 24 * H))  # fmt: skip
+    return [f"{o.kind} {o.account} {o.recipient} {o.status}" for o in outcomes], report
+
+
+def test_admins_get_the_whole_report_and_each_coordinator_their_statement(
+    store: Store, tmp_path: Path
+) -> None:
+    """One message each: the admin's with index.html and the CSVs, dana's of physics only."""
+    outcomes, _ = run_delivery(store, tmp_path)
+    assert [
+        "report  admin@example.org sent",
+        "statement bio erin@example.org sent",
+        "statement chem frank@example.org sent",
+        "statement physics dana@example.org sent",
+    ] == outcomes
+    mails = read_mails(tmp_path / "outbox")
+    by_to = {str(m["To"]): m for m in mails.values()}
+    assert {"admin@example.org", "dana@example.org", "erin@example.org",
+            "frank@example.org"} == set(by_to)  # fmt: skip
+    admin = by_to["admin@example.org"]
+    assert "[slurm-gpu alpha] GPU usage report 2026-11" == admin["Subject"]
+    assert {"index.html", "accounts.csv", "users.csv"} <= set(attachments(admin))
+    assert "GPU-hours:          10.00" in body(admin)
+    dana = by_to["dana@example.org"]
+    assert "[slurm-gpu alpha] GPU usage statement 2026-11: account physics" == dana["Subject"]
+    csv_text = attachments(dana)["statement-2026-11-physics.csv"]
+    assert ["user", "alice", "carol", "TOTAL"] == [line.split(",")[0] for line in
+                                                    csv_text.splitlines()]  # fmt: skip
+    assert "bob" not in body(dana) + "".join(attachments(dana).values())
+
+
+def test_a_second_run_sends_nothing_and_resend_sends_again(store: Store, tmp_path: Path) -> None:
+    """Twice: the second run finds everything sent; --resend sends every message again."""
+    run_delivery(store, tmp_path)
+    first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "outbox").iterdir()}
+    second, _ = run_delivery(store, tmp_path)
+    assert 4 == len(second)
+    assert all(o.endswith("already sent") for o in second)
+    assert first == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "outbox").iterdir()}
+    again, _ = run_delivery(store, tmp_path, resend=True)
+    assert all(o.endswith(" sent") and "already" not in o for o in again)
+    assert 4 == len(store.deliveries.sent("2026-11"))
+
+
+def test_a_failed_message_is_sent_by_the_next_run(store: Store, tmp_path: Path) -> None:
+    """The outbox cannot be written: nothing is recorded as sent, and the next run sends all."""
+    (tmp_path / "outbox").write_text("a file where the folder should be")
+    failed, _ = run_delivery(store, tmp_path)
+    assert all(o.endswith("failed") for o in failed)
+    assert [] == store.deliveries.sent("2026-11")
+    (tmp_path / "outbox").unlink()
+    sent, _ = run_delivery(store, tmp_path)
+    assert all(o.endswith(" sent") for o in sent)
+
+
+def test_each_month_is_delivered_on_its_own(store: Store, tmp_path: Path) -> None:
+    """What went out for November does not stop October's mails."""
+    run_delivery(store, tmp_path, "2026-11")
+    october, _ = run_delivery(store, tmp_path, "2026-10")
+    assert all(o.endswith(" sent") for o in october)
+
+
+def test_a_month_without_usage_says_so_in_the_report_and_the_mails(
+    store: Store, tmp_path: Path
+) -> None:
+    """September: the page carries the note, the admin's and coordinators' mails say so."""
+    _, report = run_delivery(store, tmp_path, "2026-09")
+    note = "No GPU usage was recorded in 2026-09 (all users (root))."
+    assert note == empty_note(report)
+    assert note in (tmp_path / "reports" / "2026-09" / "index.html").read_text()
+    mails = {str(m["To"]): m for m in read_mails(tmp_path / "outbox").values()}
+    assert note in body(mails["admin@example.org"])
+    assert "No GPU usage was recorded for account physics in 2026-09." in body(
+        mails["dana@example.org"]
+    )
+
+
+def test_without_a_mail_domain_coordinators_are_not_mailed(store: Store, tmp_path: Path) -> None:
+    """No [notify] user_email_domain: the admins get the report, the statements say why not."""
+    outcomes, _ = run_delivery(store, tmp_path, domain="")
+    assert ["report  admin@example.org sent", "statement bio  not sent",
+            "statement chem  not sent", "statement physics  not sent"] == outcomes  # fmt: skip
