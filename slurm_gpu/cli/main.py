@@ -21,6 +21,7 @@ from slurm_gpu.cli.db import db
 from slurm_gpu.cli.exempt import exempt_cmd
 from slurm_gpu.cli.exporter import exporter_command
 from slurm_gpu.cli.job import job_command
+from slurm_gpu.cli.mailprog import mailprog_command
 from slurm_gpu.cli.node import node_group
 from slurm_gpu.cli.policy import policy_group
 from slurm_gpu.cli.report import report_command
@@ -83,6 +84,7 @@ cli.add_command(job_command)
 cli.add_command(status_command)
 cli.add_command(sync_command)
 cli.add_command(exporter_command)
+cli.add_command(mailprog_command)
 
 
 if __name__ == "__main__":  # python -m slurm_gpu.cli.main, where no console script is installed

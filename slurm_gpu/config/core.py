@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from slurm_gpu.config._loader import SettingDoc, doc, parse_settings, read_toml
 from slurm_gpu.config._loader import describe_schema as _describe
+from slurm_gpu.config.mailprog import MailProgSettings
 from slurm_gpu.config.policy import (
     ControllerSettings,
     NotifySettings,
@@ -253,6 +254,10 @@ class Config:
     )
     reports: ReportSettings = field(
         default_factory=ReportSettings, metadata=doc("The sacct, report, job, status commands.")
+    )
+    mailprog: MailProgSettings = field(
+        default_factory=MailProgSettings,
+        metadata=doc("Slurm's MailProg wrapper: the GPU report in the end-of-job mail."),
     )
 
 
