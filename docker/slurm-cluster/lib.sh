@@ -310,6 +310,15 @@ bootstrap_accounts() {
     add_assoc bob bio
     add_assoc carol physics
     add_assoc carol bio
+    # Account coordinators (the monthly statements go to them): dana of physics, erin of
+    # bio. Slurm users without jobs, so that alice, bob and carol see only their own jobs.
+    add_assoc dana physics
+    add_assoc erin bio
+    local coords
+    coords=$(sacctmgr -n -P show account withcoord format=Account,Coordinators)
+    add_coord() { echo "$coords" | grep -q "^$1|.*\b$2\b" || sacctmgr -i add coordinator account="$1" names="$2" >/dev/null; }
+    add_coord physics dana
+    add_coord bio erin
 }
 
 cluster_is_up() {
