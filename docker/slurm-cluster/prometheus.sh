@@ -7,7 +7,7 @@
 #                              alerts to the Alertmanager below
 #   etc/slurm-gpu-rules.yml    conf/prometheus/slurm-gpu-rules.yml with short windows: every
 #                              `for:` is ${SLURM_GPU_ALERT_FOR:-10s}, every [range] is
-#                              [${SLURM_GPU_ALERT_WINDOW:-1m}] (subqueries [window:5s])
+#                              [${SLURM_GPU_ALERT_WINDOW:-1m}]
 #   etc/alertmanager.yml       conf/alertmanager/slurm-gpu.yml delivering on loopback: mail
 #                              to 127.0.0.1:${SLURM_GPU_ALERT_SMTP_PORT:-19925} (no TLS),
 #                              Slack posts to http://127.0.0.1:${SLURM_GPU_ALERT_HOOK_PORT:-19926}/slack,
@@ -50,7 +50,6 @@ render_prometheus_config() {
     # The shipped rules with test-bed windows: alerts within seconds, not hours.
     sed -E -e "s/^([[:space:]]*for:[[:space:]]*).*/\1$ALERT_FOR/" \
         -e "s/\[[0-9]+[smhd]\]/[$ALERT_WINDOW]/g" \
-        -e "s/\[[0-9]+[smhd]:[0-9]+[smhd]\]/[$ALERT_WINDOW:5s]/g" \
         "$REPO_ROOT/conf/prometheus/slurm-gpu-rules.yml" |
         write_if_changed "$STATE/etc/slurm-gpu-rules.yml"
     # Job names as in conf/prometheus/prometheus.yml: the rules and dashboards use them.
