@@ -13,6 +13,9 @@
 
 CLUSTER_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CLUSTER_SRC/../.." && pwd)
+# The Slurm release (SLURM_GPU_SLURM_RELEASE): its state dir, ports and Debian root.
+# shellcheck source=release-root.sh
+. "$CLUSTER_SRC/release-root.sh"
 
 STATE=${SLURM_GPU_CLUSTER_DIR:-/var/tmp/slurm-gpu-cluster}
 CLUSTER=${SLURM_GPU_CLUSTER_NAME:-testbed}
@@ -144,13 +147,37 @@ render_configs() {
     chown mysql:mysql "$STATE/mysql-run"
     make_gpu_devices
     hooks_lines
-    render slurm.conf.in | sed 's/\\n/\n/g' | write_if_changed "$STATE/etc/slurm.conf"
+    render slurm.conf.in | sed 's/\\n/\n/g' | release_conf_lines slurm.conf | write_if_changed "$STATE/etc/slurm.conf"
     render gres.conf.in | write_if_changed "$STATE/etc/gres.conf"
-    render slurmdbd.conf.in | write_if_changed "$STATE/etc/slurmdbd.conf"
+    render slurmdbd.conf.in | release_conf_lines slurmdbd.conf | write_if_changed "$STATE/etc/slurmdbd.conf"
     chown slurm:slurm "$STATE/etc/slurmdbd.conf"
     chmod 600 "$STATE/etc/slurmdbd.conf"
     render slurm-gpu.toml.in | write_if_changed "$STATE/etc/slurm-gpu.toml"
     chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
+    mailprog_config
+}
+
+# mailprog_config: the config of slurm.conf's MailProg (hooks/slurm-gpu-mailprog, run by
+# slurmctld as slurm): the test bed's, with the mails written into $STATE/mail (nowhere
+# harmful). tests/integration/test_mailprog.py rewrites it for its SMTP receiver while it
+# runs (the wrapper reads it at every mail) and puts this one back.
+mailprog_config() {
+    mkdir -p "$STATE/mail"
+    chown slurm:slurm "$STATE/mail"
+    { render slurm-gpu.toml.in; printf '\n[mailprog]\noutbox_dir = "%s"\n' "$STATE/mail"; } |
+        write_if_changed "$STATE/etc/slurm-gpu-mailprog.toml"
+    chmod 644 "$STATE/etc/slurm-gpu-mailprog.toml"
+}
+
+# install_mailprog: the MailProg wrapper and its settings (read next to it, never sourced).
+install_mailprog() {
+    install -m 755 "$REPO_ROOT/hooks/slurm-gpu-mailprog" "$STATE/hooks/slurm-gpu-mailprog.new"
+    mv -f "$STATE/hooks/slurm-gpu-mailprog.new" "$STATE/hooks/slurm-gpu-mailprog"
+    printf 'SLURM_GPU=%s\nCONFIG=%s\nLOG_FILE=%s\n' \
+        "${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}}/bin/slurm-gpu" \
+        "$STATE/etc/slurm-gpu-mailprog.toml" "$STATE/log/mailprog.log" |
+        write_if_changed "$STATE/hooks/slurm-gpu-mailprog.conf"
+    chmod 644 "$STATE/hooks/slurm-gpu-mailprog.conf"
 }
 
 # --- simulated GPUs and tools --------------------------------------------------------
@@ -186,6 +213,7 @@ install_sim() {
             write_if_changed "$STATE/hooks/slurm-gpu-hooks.conf"
         chmod 644 "$STATE/hooks/slurm-gpu-hooks.conf"
     fi
+    install_mailprog
 }
 
 # --- daemons -------------------------------------------------------------------------
@@ -263,14 +291,16 @@ SQL
 
 start_slurmdbd() {
     is_running slurmdbd && return 0
-    spawn slurmdbd env SLURM_CONF="$SLURM_CONF" /usr/sbin/slurmdbd -D
+    in_root
+    spawn slurmdbd "${IN_ROOT[@]}" env SLURM_CONF="$SLURM_CONF" /usr/sbin/slurmdbd -D
     wait_for slurmdbd 60 sacctmgr -n show cluster
 }
 
 start_slurmctld() {
     is_running slurmctld && return 0
     # -i: ignore state files from an older test bed rather than refusing to start.
-    spawn slurmctld /usr/sbin/slurmctld -D -i -f "$SLURM_CONF"
+    in_root
+    spawn slurmctld "${IN_ROOT[@]}" /usr/sbin/slurmctld -D -i -f "$SLURM_CONF"
     wait_for slurmctld 60 scontrol ping
     if is_running slurmd-gpu1 || is_running slurmd-gpu2; then
         # A restart under running jobs: Slurm 22.05 can keep GRES of jobs that ended
@@ -283,7 +313,8 @@ start_slurmctld() {
 start_slurmd() {
     local node=$1
     is_running "slurmd-$node" && return 0
-    spawn "slurmd-$node" /usr/sbin/slurmd -D -f "$SLURM_CONF" -N "$node"
+    in_root
+    spawn "slurmd-$node" "${IN_ROOT[@]}" /usr/sbin/slurmd -D -f "$SLURM_CONF" -N "$node"
 }
 
 wait_nodes_idle() {
