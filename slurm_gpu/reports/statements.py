@@ -38,6 +38,8 @@ ACTION_COLUMNS = (
     "time", "kind", "policy", "action", "target", "job_id", "user", "outcome", "reason",
 )  # fmt: skip
 """The statement's controller actions CSV columns."""
+ACTIONS_SHOWN = 30
+"""Actions a statement's text lists (its CSV lists all)."""
 
 
 @dataclass
@@ -204,7 +206,7 @@ def statement_text(s: Statement, tz: dt.tzinfo | None = None) -> str:
     lines += ["", "What the controller did on this account's jobs:"]
     if not s.actions:
         lines.append("  nothing.")
-    for a in s.actions:
+    for a in s.actions[:ACTIONS_SHOWN]:
         job = f"job {a['job_id']}" if a.get("job_id") is not None else str(a["target"])
         lines.append(
             f"  {_when(float(a['time']), tz)}  {a['kind']}: {a['policy']} {a['action']} "
@@ -212,7 +214,9 @@ def statement_text(s: Statement, tz: dt.tzinfo | None = None) -> str:
         )
         if a.get("reason"):
             lines.append(f"      {a['reason']}")
-    lines += ["", "The figures per user are in the attached CSV file."]
+    if len(s.actions) > ACTIONS_SHOWN:
+        lines.append(f"  ... {len(s.actions) - ACTIONS_SHOWN} more in the controller-actions CSV.")
+    lines += ["", "The figures per user and every action are in the attached CSV files."]
     return "\n".join(lines) + "\n"
 
 

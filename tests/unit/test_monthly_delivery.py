@@ -17,8 +17,11 @@ from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from slurm_gpu.access import Caller, Scope
+from slurm_gpu.cli.context import AppContext
+from slurm_gpu.cli.main import cli
 from slurm_gpu.config import Config
 from slurm_gpu.config.core import ClusterSettings
 from slurm_gpu.config.reports import CostSettings
@@ -280,3 +283,67 @@ def test_without_a_mail_domain_coordinators_are_not_mailed(store: Store, tmp_pat
     outcomes, _ = run_delivery(store, tmp_path, domain="")
     assert ["report  admin@example.org sent", "statement bio  not sent",
             "statement chem  not sent", "statement physics  not sent"] == outcomes  # fmt: skip
+
+
+# ---------------------------------------------------------------------- the command
+
+
+def run_cli(tmp_path: Path, store: Store, *args: str, user: str = "root") -> Result:
+    """`slurm-gpu report monthly ARGS` over the test's store, as `user`, no Slurm."""
+    toml = tmp_path / "slurm-gpu.toml"
+    toml.write_text(
+        f'[cluster]\nname = "c"\n[store]\nurl = "{store.engine.url}"\n'
+        f'[reports]\nlive_sacct = false\nmonthly_dir = "{tmp_path / "reports"}"\n'
+        "[access]\nslurm_roles = false\n"
+    )
+    caller = Caller(0 if user == "root" else 1000, user)
+    app = AppContext(env={}, default_path=toml, caller=caller)
+    return CliRunner().invoke(cli, ["report", "monthly", *args], obj=app)
+
+
+def test_the_command_writes_an_empty_month_under_monthly_dir_and_says_so(
+    store: Store, tmp_path: Path
+) -> None:
+    """No --out: <monthly_dir>/<YYYY-MM>/; a month without usage is said to be one."""
+    result = run_cli(tmp_path, store, "--month", "2026-09")
+    assert 0 == result.exit_code, result.output
+    assert "No GPU usage was recorded in 2026-09 (all users (root))." in result.output
+    assert (tmp_path / "reports" / "2026-09" / "index.html").is_file()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--resend"], "--resend and --outbox go with --deliver"),
+        (["--deliver"], "--deliver has nowhere to send: set [notify] smtp_host"),
+        (["--month", "November"], "expected YYYY-MM, got 'November'"),
+    ],
+)
+def test_the_commands_usage_errors(
+    store: Store, tmp_path: Path, args: list[str], message: str
+) -> None:
+    """--resend without --deliver, --deliver with nowhere to send, a bad --month: exit 2."""
+    result = run_cli(tmp_path, store, *args)
+    assert (2, True) == (result.exit_code, message in result.output), result.output
+
+
+def test_only_admins_deliver(store: Store, tmp_path: Path) -> None:
+    """A user who is no admin may write the report of what she sees, not mail everyone's."""
+    result = run_cli(tmp_path, store, "--deliver", "--outbox", str(tmp_path / "out"),
+                     user="alice")  # fmt: skip
+    assert 0 != result.exit_code
+    assert "report monthly --deliver" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_long_list_of_actions_is_cut_in_the_text_and_whole_in_the_csv(store: Store) -> None:
+    """A busy month: the text lists the first 30 actions and says how many more the CSV has."""
+    e = env(store)
+    report = build_monthly(e, "2026-11")
+    many = [{**report.actions[0], "time": NOV + i, "job_id": 2} for i in range(45)]
+    (bio,) = build_statements(e, "2026-11", ["bio"], many).values()
+    text = statement_text(bio)
+    assert 30 == text.count("cancellation: idle_gpu cancel job 2")
+    assert "  ... 15 more in the controller-actions CSV." in text
+    csv_name = "statement-2026-11-bio-controller-actions.csv"
+    assert 46 == len(statement_files(bio)[csv_name].splitlines())
