@@ -154,6 +154,30 @@ render_configs() {
     chmod 600 "$STATE/etc/slurmdbd.conf"
     render slurm-gpu.toml.in | write_if_changed "$STATE/etc/slurm-gpu.toml"
     chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
+    mailprog_config
+}
+
+# mailprog_config: the config of slurm.conf's MailProg (hooks/slurm-gpu-mailprog, run by
+# slurmctld as slurm): the test bed's, with the mails written into $STATE/mail (nowhere
+# harmful). tests/integration/test_mailprog.py rewrites it for its SMTP receiver while it
+# runs (the wrapper reads it at every mail) and puts this one back.
+mailprog_config() {
+    mkdir -p "$STATE/mail"
+    chown slurm:slurm "$STATE/mail"
+    { render slurm-gpu.toml.in; printf '\n[mailprog]\noutbox_dir = "%s"\n' "$STATE/mail"; } |
+        write_if_changed "$STATE/etc/slurm-gpu-mailprog.toml"
+    chmod 644 "$STATE/etc/slurm-gpu-mailprog.toml"
+}
+
+# install_mailprog: the MailProg wrapper and its settings (read next to it, never sourced).
+install_mailprog() {
+    install -m 755 "$REPO_ROOT/hooks/slurm-gpu-mailprog" "$STATE/hooks/slurm-gpu-mailprog.new"
+    mv -f "$STATE/hooks/slurm-gpu-mailprog.new" "$STATE/hooks/slurm-gpu-mailprog"
+    printf 'SLURM_GPU=%s\nCONFIG=%s\nLOG_FILE=%s\n' \
+        "${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}}/bin/slurm-gpu" \
+        "$STATE/etc/slurm-gpu-mailprog.toml" "$STATE/log/mailprog.log" |
+        write_if_changed "$STATE/hooks/slurm-gpu-mailprog.conf"
+    chmod 644 "$STATE/hooks/slurm-gpu-mailprog.conf"
 }
 
 # --- simulated GPUs and tools --------------------------------------------------------
@@ -189,6 +213,7 @@ install_sim() {
             write_if_changed "$STATE/hooks/slurm-gpu-hooks.conf"
         chmod 644 "$STATE/hooks/slurm-gpu-hooks.conf"
     fi
+    install_mailprog
 }
 
 # --- daemons -------------------------------------------------------------------------

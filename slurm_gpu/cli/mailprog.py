@@ -53,10 +53,13 @@ class _StoreReports:
         return None if self._alloc_gpus == 0 else False
 
     def text(self, job_id: int) -> str:
-        out = io.StringIO()
+        # A UTF-8 "terminal": the mail is UTF-8, so the view draws as on the user's screen.
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
         with contextlib.redirect_stdout(out):
             self._ctx.invoke(job_command, job_id=str(job_id), as_json=False)
-        return out.getvalue()
+        out.flush()
+        return raw.getvalue().decode("utf-8")
 
 
 @click.command(
@@ -118,3 +121,5 @@ def mailprog_command(ctx: click.Context, log_file: Path | None, args: tuple[str,
         full = mail
     if not mailprog.deliver_once(deliver, full):
         ctx.exit(mailprog.NOT_SENT)  # in the foreground, the wrapper's fallback sends it
+    added = "unchanged" if full.body == mail.body else "with a GPU report part"
+    log.info("job %s: mail to %s sent, %s", job_id, ", ".join(mail.recipients), added)
