@@ -6,6 +6,7 @@ from here, never the reverse:
 - `core`: [cluster], [store], [node], [slurm], [logging], the root `Config`, which file.
 - `policy`: [controller], [policy.*], [[quota]], [notify].
 - `reports`: [cost], [access], [reports].
+- `mailprog`: [mailprog], Slurm's MailProg wrapper.
 - `names`: the one rule for a user name (and for other names).
 - `_loader`: the generic TOML -> dataclass loader, renderer and reference.
 
