@@ -92,6 +92,16 @@ class TestBed:
         )
 
     @property
+    def slurm_release(self) -> str:
+        """The Slurm release this bed runs (local-cluster --slurm, SLURM_GPU_SLURM_RELEASE)."""
+        return self.env.get("SLURM_GPU_SLURM_RELEASE", "22.05")
+
+    def metrics_url(self, node: str) -> str:
+        """/metrics of `node`'s agent: each release's bed has its own ports."""
+        base = int(self.env.get("SLURM_GPU_METRICS_PORT_BASE", "19900"))
+        return f"http://127.0.0.1:{base + int(node.removeprefix('gpu'))}/metrics"
+
+    @property
     def bin_dir(self) -> Path:
         """Test-bed tools (gpu-load, sim-gpu)."""
         return self.state_dir / "bin"
