@@ -40,7 +40,6 @@ from tests.receivers import smtp_receiver, webhook_receiver
 
 AMTOOL = "/usr/bin/amtool"
 SHIPPED = REPO_ROOT / "conf" / "alertmanager" / "slurm-gpu.yml"
-AGENT_GPU1 = "127.0.0.1:19901"  # local-cluster's agent_metrics_port for gpu1
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float) -> Any:
@@ -213,21 +212,22 @@ def test_agent_stopped_alert_reaches_mail_and_slack_then_resolves(
     testbed: TestBed, alerting: Alerting
 ) -> None:
     """gpu1's agent stopped fires SlurmGpuAgentDown (critical); RESOLVED once it runs again."""
+    agent_gpu1 = testbed.metrics_address("gpu1")
 
     def agent_up() -> bool:
-        query = urllib.parse.urlencode({"query": f'up{{instance="{AGENT_GPU1}"}} == 1'})
+        query = urllib.parse.urlencode({"query": f'up{{instance="{agent_gpu1}"}} == 1'})
         answer = get_json(f"{alerting.prometheus}/api/v1/query?{query}")
         no_alert = not [
             a
             for a in alerting.active("SlurmGpuAgentDown")
-            if a["labels"].get("instance") == AGENT_GPU1
+            if a["labels"].get("instance") == agent_gpu1
         ]
         return bool(answer["data"]["result"]) and no_alert
 
     # Another test may have left gpu1's agent just restarted: start from an agent that is up.
     wait_until("gpu1's agent up and no agent-down alert for it", agent_up, 90)
     since = (len(alerting.mails), len(alerting.posts))
-    about_agent = rf"SlurmGpuAgentDown: slurm-gpu node agent {re.escape(AGENT_GPU1)} is down"
+    about_agent = rf"SlurmGpuAgentDown: slurm-gpu node agent {re.escape(agent_gpu1)} is down"
     testbed.launcher("agent", "stop", "gpu1")
     try:
         mails, slack = wait_until(

@@ -1,8 +1,9 @@
 """Prometheus on the test bed: every PromQL expression in conf/ parses and returns series.
 
 A real Prometheus (Debian's /usr/bin/prometheus, not a fake) runs on 127.0.0.1 with a temp
-config that scrapes the node agents (127.0.0.1:19901, :19902) and a `slurm-gpu exporter`
-started here on a free port, every second, and loads conf/prometheus/slurm-gpu-rules.yml.
+config that scrapes the node agents (the bed's agent ports, TestBed.metrics_address) and a
+`slurm-gpu exporter` started here on a free port, every second, and loads
+conf/prometheus/slurm-gpu-rules.yml.
 The job names are those of conf/prometheus/prometheus.yml (the rules use them). While a
 GPU job of alice runs (so job-labelled series exist), each expression goes to
 /api/v1/query and must come back with status "success" and at least one series:
@@ -59,7 +60,7 @@ RULES = REPO_ROOT / "conf" / "prometheus" / "slurm-gpu-rules.yml"
 PROM_CONFIG = REPO_ROOT / "conf" / "prometheus" / "prometheus.yml"
 DASHBOARDS = sorted((REPO_ROOT / "conf" / "grafana").rglob("*.json"))
 JOB_DASHBOARD = REPO_ROOT / "conf" / "grafana" / "dashboards" / "slurm-gpu-job.json"
-AGENTS = {"gpu1": 19901, "gpu2": 19902}
+NODES = ("gpu1", "gpu2")
 CLI = str(Path(os.environ.get("SLURM_GPU_VENV", "/opt/slurm-gpu/venv")) / "bin" / "slurm-gpu")
 GRAFANA_VARS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
 THRESHOLD = re.compile(
@@ -229,7 +230,9 @@ def exporter(testbed: TestBed) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+def prometheus(
+    testbed: TestBed, exporter: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     """Prometheus scraping both agents and the exporter every second, with the rules."""
     if not os.access(PROMETHEUS, os.X_OK):
         pytest.fail(f"{PROMETHEUS} missing: apt-get install prometheus (scripts/install-deps)")
@@ -241,7 +244,7 @@ def prometheus(exporter: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         "scrape_configs": [
             {
                 "job_name": "slurm-gpu-agents",
-                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in AGENTS.values()]}],
+                "static_configs": [{"targets": [testbed.metrics_address(n) for n in NODES]}],
             },
             {"job_name": "slurm-gpu-exporter", "static_configs": [{"targets": [exporter]}]},
         ],
@@ -287,9 +290,10 @@ def live(testbed: TestBed, prometheus: Prometheus) -> Iterator[Prometheus]:
         )
         nodes = [
             node
-            for node, port in AGENTS.items()
+            for node in NODES
             for t in targets
-            if t["scrapeUrl"].startswith(f"http://127.0.0.1:{port}/") and t["health"] == "up"
+            if t["scrapeUrl"].startswith(f"http://{testbed.metrics_address(node)}/")
+            and t["health"] == "up"
         ]
         return nodes if exporter_up else []
 
@@ -366,13 +370,13 @@ def h100_job(testbed: TestBed, live: Prometheus) -> Iterator[int]:
 
     Module-scoped, so the dashboard tests after it also run while it holds a GPM GPU.
     """
-    port = AGENTS["gpu2"]
+    gpu2 = testbed.metrics_address("gpu2")
     wait_until(
         "gpu2's agent up",
         lambda: [
             t
             for t in live.targets()
-            if t["scrapeUrl"].startswith(f"http://127.0.0.1:{port}/") and t["health"] == "up"
+            if t["scrapeUrl"].startswith(f"http://{gpu2}/") and t["health"] == "up"
         ],
         90,
     )

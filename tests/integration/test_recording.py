@@ -143,7 +143,7 @@ def test_agent_metrics_label_gpus_with_their_job(testbed: TestBed) -> None:
         line = ""
         while time.monotonic() < deadline:
             time.sleep(2)
-            url = "http://127.0.0.1:19902/metrics"
+            url = testbed.metrics_url("gpu2")
             text = urllib.request.urlopen(url, timeout=5).read().decode()
             series = [
                 entry

@@ -96,10 +96,14 @@ class TestBed:
         """The Slurm release this bed runs (local-cluster --slurm, SLURM_GPU_SLURM_RELEASE)."""
         return self.env.get("SLURM_GPU_SLURM_RELEASE", "22.05")
 
+    def metrics_address(self, node: str) -> str:
+        """host:port of `node`'s agent /metrics: each release's bed has its own ports."""
+        base = int(self.env.get("SLURM_GPU_METRICS_PORT_BASE", "19900"))
+        return f"127.0.0.1:{base + int(node.removeprefix('gpu'))}"
+
     def metrics_url(self, node: str) -> str:
         """/metrics of `node`'s agent: each release's bed has its own ports."""
-        base = int(self.env.get("SLURM_GPU_METRICS_PORT_BASE", "19900"))
-        return f"http://127.0.0.1:{base + int(node.removeprefix('gpu'))}/metrics"
+        return f"http://{self.metrics_address(node)}/metrics"
 
     @property
     def bin_dir(self) -> Path:
