@@ -173,8 +173,13 @@ mailprog_config() {
 install_mailprog() {
     install -m 755 "$REPO_ROOT/hooks/slurm-gpu-mailprog" "$STATE/hooks/slurm-gpu-mailprog.new"
     mv -f "$STATE/hooks/slurm-gpu-mailprog.new" "$STATE/hooks/slurm-gpu-mailprog"
-    printf 'SLURM_GPU=%s\nCONFIG=%s\nLOG_FILE=%s\n' \
-        "${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}}/bin/slurm-gpu" \
+    # A release bed's slurmctld runs MailProg inside its Debian root (release-root.sh).
+    local slurm_gpu="${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}}/bin/slurm-gpu"
+    if [ -n "$RELEASE_SUITE" ]; then
+        release_in_root_launcher
+        slurm_gpu="$STATE/hooks/slurm-gpu-in-root"
+    fi
+    printf 'SLURM_GPU=%s\nCONFIG=%s\nLOG_FILE=%s\n' "$slurm_gpu" \
         "$STATE/etc/slurm-gpu-mailprog.toml" "$STATE/log/mailprog.log" |
         write_if_changed "$STATE/hooks/slurm-gpu-mailprog.conf"
     chmod 644 "$STATE/hooks/slurm-gpu-mailprog.conf"
@@ -245,8 +250,14 @@ wait_for() {
 }
 
 start_munge() {
-    # One munged per host serves every daemon; reuse one that is already running.
-    if is_running munge || pgrep -x munged >/dev/null; then return 0; fi
+    # A release bed (24.11, 26.05) has its own munged (release-root.sh).
+    if [ -n "$RELEASE_SUITE" ]; then
+        release_start_munge
+        return 0
+    fi
+    # The default bed uses the host's munged on /run/munge: reuse one that answers there
+    # (a release bed's munged listens on its own socket and does not count).
+    if is_running munge || { munge -n | unmunge; } >/dev/null 2>&1; then return 0; fi
     mkdir -p /run/munge /var/log/munge /var/lib/munge
     chown munge:munge /run/munge /var/log/munge /var/lib/munge
     chmod 755 /run/munge

@@ -14,12 +14,27 @@
 # RELEASE_PACKAGES, once: root/.slurm-gpu-packages holds the suite and package list it was
 # built with, and a root whose stamp differs is rebuilt. Inside it run slurmdbd, slurmctld
 # and the two slurmd: each in its own private mount namespace (unshare -m) with /proc, /sys
-# and /dev bound in, a tmpfs /run with the host's /run/munge in it (the host's munged
-# serves every bed: the root's clients and daemons talk to it through its socket; Slurm
-# 24.11's sacctmgr did not honour slurm.conf's AuthInfo=socket=), and $STATE bound at the
-# same path, so the hooks, the simulated GPUs' device files and state, the job directory
-# and the logs are where the host sees them. The root shares the host's pid namespace:
-# daemons are stopped by pid only (lib.sh's stop_all).
+# and /dev bound in, a tmpfs /run with the bed's own munge directory as /run/munge, and
+# $STATE bound at the same path, so the hooks, the simulated GPUs' device files and state,
+# the job directory and the logs are where the host sees them. The root shares the host's
+# pid namespace: daemons are stopped by pid only (lib.sh's stop_all).
+#
+# Munge: each release bed runs its own munged (the host's binary) on its own socket and
+# key, $STATE/munge/munge.socket.2, started by `up` and stopped by its `down`, so a bed
+# never depends on another bed's munged (or on one serving the host's /run/munge). Every
+# Slurm client reaches it through slurm.conf: AuthInfo=socket= (slurmctld, slurmd, and
+# the commands: squeue, scontrol, sbatch...) and AccountingStoragePass= (the munge socket
+# of the connections to slurmdbd: sacctmgr and sacct use that one, not AuthInfo), and
+# slurmdbd through slurmdbd.conf's AuthInfo. A client that still used the default socket
+# would reach no munged or another key, and fail: nothing works by accident.
+#
+# MailProg: slurmctld runs it inside the root, where slurm-gpu's venv and the host's
+# Python do not exist. The daemons' namespaces therefore also get, at the same paths and
+# read-only, the venv, the host's python3.X binary and standard library, and the checkout
+# the editable install points at (release_host_paths); the MailProg wrapper's SLURM_GPU is
+# $STATE/hooks/slurm-gpu-in-root, which runs slurm-gpu on that interpreter with the venv's
+# site-packages (the venv's own python is a symlink to /usr/bin/python3, which inside the
+# root is the root's Python).
 #
 # MariaDB, PostgreSQL and Prometheus stay the host's (one instance per bed, on the bed's
 # ports): slurmdbd reaches MariaDB over TCP, and a database server does not change with
@@ -92,9 +107,67 @@ release_conf_lines() {
     cat
     [ -n "$RELEASE_SUITE" ] || return 0
     echo "# Slurm $SLURM_RELEASE from $RELEASE_ROOT (docker/slurm-cluster/release-root.sh)."
+    echo "AuthInfo=socket=$STATE/munge/munge.socket.2"
     if [ "$1" = slurm.conf ]; then
         echo "PluginDir=$RELEASE_ROOT/usr/lib/x86_64-linux-gnu/slurm-wlm"
+        # The munge socket of connections to slurmdbd (sacctmgr, sacct, slurmctld).
+        echo "AccountingStoragePass=$STATE/munge/munge.socket.2"
     fi
+}
+
+# release_start_munge: this bed's own munged on $STATE/munge/munge.socket.2 with its own
+# key (a client on another munged fails to authenticate instead of working by accident).
+release_start_munge() {
+    local d="$STATE/munge"
+    is_running munge && return 0
+    mkdir -p "$d"
+    chown munge:munge "$d"
+    chmod 755 "$d"
+    [ -s "$d/munge.key" ] || dd if=/dev/urandom of="$d/munge.key" bs=1 count=128 2>/dev/null
+    chown munge:munge "$d/munge.key"
+    chmod 400 "$d/munge.key"
+    spawn munge runuser -u munge -- /usr/sbin/munged --foreground --force \
+        --socket="$d/munge.socket.2" --key-file="$d/munge.key" --log-file="$d/munged.log" \
+        --pid-file="$d/munged.pid" --seed-file="$d/munged.seed"
+    # shellcheck disable=SC2016 # the inner sh expands it, on every try.
+    wait_for "munged ($d)" 20 sh -c 'munge -n -S "$1" | unmunge -S "$1"' sh "$d/munge.socket.2"
+}
+
+# release_host_paths: the host paths slurm-gpu needs inside the root (MailProg), one a
+# line: the venv, its Python's binary and standard library, and the directory of the
+# slurm_gpu package when it lies outside the venv (an editable install's checkout).
+release_host_paths() {
+    local venv=${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}}
+    [ -x "$venv/bin/python3" ] || return 0
+    echo "$venv"
+    # -I: not a slurm_gpu in the current directory: the one the venv imports.
+    "$venv/bin/python3" -I -c 'import os, sys, sysconfig
+print(os.path.realpath(sys.executable))
+print(sysconfig.get_path("stdlib"))
+import slurm_gpu
+pkg = os.path.dirname(os.path.dirname(os.path.abspath(slurm_gpu.__file__)))
+if not pkg.startswith(sys.prefix + os.sep):
+    print(pkg)'
+}
+
+# release_in_root_launcher: $STATE/hooks/slurm-gpu-in-root, slurm-gpu for a process of
+# the root (the MailProg wrapper's SLURM_GPU): the host's interpreter (bound in), no site
+# of its own, the venv's site-packages (with the editable install's finder).
+release_in_root_launcher() {
+    local venv=${VENV:-${SLURM_GPU_VENV:-/opt/slurm-gpu/venv}} py site
+    py=$("$venv/bin/python3" -I -c 'import os, sys; print(os.path.realpath(sys.executable))')
+    site=$("$venv/bin/python3" -I -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+    write_if_changed "$STATE/hooks/slurm-gpu-in-root" <<LAUNCHER
+#!/bin/sh
+# slurm-gpu inside the Debian root of Slurm $SLURM_RELEASE (docker/slurm-cluster/release-root.sh):
+# the host's $py and $venv are bound into the daemons' namespaces.
+exec $py -I -S -c 'import site, sys
+site.addsitedir("$site")
+sys.argv[0] = "slurm-gpu"
+from slurm_gpu.cli.main import cli
+sys.exit(cli())' "\$@"
+LAUNCHER
+    chmod 755 "$STATE/hooks/slurm-gpu-in-root"
 }
 
 # render_release_configs: cgroup.conf for the root's slurmd. This host mounts cgroup v1
@@ -175,7 +248,25 @@ release_sync_root() {
     done
     cp -f /etc/hosts "$r/etc/hosts"
     mkdir -p "$r$STATE"
+    release_binds
     release_wrappers
+}
+
+# release_binds: RELEASE_BINDS, the host paths bound into the daemons' namespaces
+# (release_host_paths), with their mount points made in the root.
+release_binds() {
+    local f r=$RELEASE_ROOT
+    RELEASE_BINDS=""
+    while IFS= read -r f; do
+        [ -n "$f" ] || continue
+        if [ -d "$f" ]; then
+            mkdir -p "$r$f"
+        else
+            mkdir -p "$r$(dirname "$f")"
+            [ -e "$r$f" ] || : >"$r$f"
+        fi
+        RELEASE_BINDS="$RELEASE_BINDS${RELEASE_BINDS:+:}$f"
+    done < <(release_host_paths)
 }
 
 # release_wrappers: $STATE/slurm-bin/<command> for each of the root's Slurm client
@@ -201,10 +292,14 @@ EOF
 
 # The mounts of a daemon's private namespace; then the daemon, chrooted. $0 is the root.
 # shellcheck disable=SC2016 # run by the bash below, with its own arguments.
-RELEASE_ENTER='r=$0 s=$1; shift
+# $1 is $STATE, $2 the host paths bound read-only at the same paths (colon-separated).
+RELEASE_ENTER='r=$0 s=$1 binds=$2; shift 2
 mount --rbind /proc "$r/proc" && mount --rbind /sys "$r/sys" && mount --rbind /dev "$r/dev" &&
 mount -t tmpfs -o mode=755 tmpfs "$r/run" && mkdir -p "$r/run/munge" &&
-mount --bind /run/munge "$r/run/munge" && mount --bind "$s" "$r$s" || exit 1
+mount --bind "$s/munge" "$r/run/munge" && mount --bind "$s" "$r$s" || exit 1
+set -f; IFS=:
+for p in $binds; do mount --bind -o ro "$p" "$r$p" || exit 1; done
+unset IFS; set +f
 exec chroot "$r" "$@"'
 
 # in_root CMD...: the words that run CMD as a daemon of this release (nothing for 22.05).
@@ -214,5 +309,6 @@ exec chroot "$r" "$@"'
 in_root() {
     IN_ROOT=()
     [ -n "$RELEASE_SUITE" ] || return 0
-    IN_ROOT=(unshare -m --propagation private bash -c "$RELEASE_ENTER" "$RELEASE_ROOT" "$STATE")
+    [ -n "${RELEASE_BINDS+set}" ] || release_binds
+    IN_ROOT=(unshare -m --propagation private bash -c "$RELEASE_ENTER" "$RELEASE_ROOT" "$STATE" "${RELEASE_BINDS:-}")
 }
