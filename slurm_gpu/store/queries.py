@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.store import convert
 from slurm_gpu.store.dialect import BULK_ROWS
+from slurm_gpu.store.gpm_means import GpmMeans
 from slurm_gpu.store.schema import (
     GPM_METRICS,
     gpu_intervals,
@@ -33,7 +34,7 @@ _Key = TypeVar("_Key", int, str)
 
 
 @dataclass(frozen=True)
-class IntervalTotals:
+class IntervalTotals(GpmMeans):
     """One running job's use of one GPU, summed over its stored intervals.
 
     The same figures a `JobGpuSummary` holds, so a running job reads like a finished one;
@@ -73,33 +74,6 @@ class IntervalTotals:
         if self.util_covered_seconds <= 0:
             return None
         return self.util_weighted_sum / self.util_covered_seconds
-
-    def _gpm_mean(self, metric: str) -> float | None:
-        seconds: float = getattr(self, f"{metric}_gpm_seconds")
-        if seconds <= 0:
-            return None
-        weighted: float = getattr(self, f"{metric}_weighted_sum")
-        return weighted / seconds
-
-    @property
-    def sm_active_mean_percent(self) -> float | None:
-        """Mean SM activity over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("sm_active")
-
-    @property
-    def sm_occupancy_mean_percent(self) -> float | None:
-        """Mean SM occupancy over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("sm_occupancy")
-
-    @property
-    def tensor_active_mean_percent(self) -> float | None:
-        """Mean tensor-pipe activity over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("tensor_active")
-
-    @property
-    def dram_bw_mean_percent(self) -> float | None:
-        """Mean DRAM bandwidth use over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("dram_bw")
 
 
 def _chunks(values: Sequence[_Key]) -> Iterator[list[_Key]]:

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from slurm_gpu.store.dialect import hour_floor, upsert
+from slurm_gpu.store.gpm_means import GpmMeans
 from slurm_gpu.store.schema import GPM_METRICS, gpu_intervals, gpu_intervals_hourly
 
 KEY = ("node", "gpu_uuid", "hour_start", "job_id")
@@ -49,7 +50,7 @@ INTS_NULLABLE = ("mem_used_max_bytes", "mem_total_bytes", "ecc_errors_total")
 
 
 @dataclass(frozen=True)
-class GpuHourly:
+class GpuHourly(GpmMeans):
     """One GPU over one hour for one job (job_id None: time not attributed to a job)."""
 
     node: str
@@ -85,33 +86,6 @@ class GpuHourly:
     tensor_active_gpm_seconds: float = 0.0
     dram_bw_weighted_sum: float = 0.0
     dram_bw_gpm_seconds: float = 0.0
-
-    def _gpm_mean(self, metric: str) -> float | None:
-        seconds: float = getattr(self, f"{metric}_gpm_seconds")
-        if seconds <= 0:
-            return None
-        weighted: float = getattr(self, f"{metric}_weighted_sum")
-        return weighted / seconds
-
-    @property
-    def sm_active_mean_percent(self) -> float | None:
-        """Mean SM activity over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("sm_active")
-
-    @property
-    def sm_occupancy_mean_percent(self) -> float | None:
-        """Mean SM occupancy over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("sm_occupancy")
-
-    @property
-    def tensor_active_mean_percent(self) -> float | None:
-        """Mean tensor-pipe activity over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("tensor_active")
-
-    @property
-    def dram_bw_mean_percent(self) -> float | None:
-        """Mean DRAM bandwidth use over the GPM-measured seconds (None: not measured)."""
-        return self._gpm_mean("dram_bw")
 
     @property
     def util_mean_percent(self) -> float | None:
