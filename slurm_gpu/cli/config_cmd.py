@@ -7,6 +7,7 @@ import click
 
 from slurm_gpu.cli.context import AppContext, pass_app_context
 from slurm_gpu.config import (
+    Config,
     SettingDoc,
     describe_schema,
     locate_config,
@@ -14,6 +15,29 @@ from slurm_gpu.config import (
     render_config,
 )
 from slurm_gpu.credentials import exposures
+from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
+from slurm_gpu.slurm.version import describe_slurm
+
+# Asking Slurm its version must not hold `--version` or `config check` for long.
+VERSION_TIMEOUT = 10.0
+
+
+def slurm_runner(config: Config | None) -> CommandRunner:
+    """The runner that asks Slurm its version: [slurm]'s (bin_dir, conf), at most 10 s.
+
+    With no config (`--version` on an unreadable one): Slurm's commands on $PATH. Tests
+    replace this function to answer with a `slurm_gpu.testing.FakeRunner`.
+    """
+    if config is None:
+        return SlurmCommands(timeout=VERSION_TIMEOUT)
+    slurm = config.slurm
+    timeout = min(float(slurm.command_timeout), VERSION_TIMEOUT)
+    return SlurmCommands(bin_dir=slurm.bin_dir, timeout=timeout, conf=slurm.conf)
+
+
+def slurm_release_lines(config: Config | None) -> tuple[str, str | None]:
+    """The Slurm this config reaches, one line, and the untested-release warning or None."""
+    return describe_slurm(slurm_runner(config))
 
 
 @click.group("config")
@@ -33,12 +57,18 @@ def config_group() -> None:
 def check(app: AppContext, config_path: Path | None) -> None:
     """Validate the config file and print the effective configuration as TOML.
 
-    Exits 1 with one line per problem (file: key: what is wrong) when it is invalid.
+    The TOML starts with a comment naming the Slurm release [slurm] reaches (or why it
+    cannot); a release slurm-gpu is not tested on gets a warning on stderr. Exits 1 with
+    one line per problem (file: key: what is wrong) when the config is invalid.
     """
     file = locate_config(config_path or app.config_path, app.env, app.default_path)
     config = read_config(file)
+    slurm_line, slurm_warning = slurm_release_lines(config)
+    click.echo(f"# {slurm_line}")
     click.echo(render_config(config), nl=False)
-    for warning in exposures(file, config.store.url) if file is not None else []:
+    warnings = [slurm_warning] if slurm_warning else []
+    warnings += exposures(file, config.store.url) if file is not None else []
+    for warning in warnings:
         click.echo(f"warning: {warning}", err=True)
     click.echo(f"config OK: {file if file is not None else 'defaults'}", err=True)
 

@@ -13,6 +13,7 @@ import click
 
 from slurm_gpu import __version__
 from slurm_gpu.access import NotAnAdmin
+from slurm_gpu.cli import config_cmd
 from slurm_gpu.cli.audit import audit_cmd
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
@@ -28,6 +29,7 @@ from slurm_gpu.cli.report import report_command
 from slurm_gpu.cli.sacct import sacct_command
 from slurm_gpu.cli.status import status_command
 from slurm_gpu.cli.sync import sync_command
+from slurm_gpu.config import Config
 from slurm_gpu.errors import SlurmGpuError
 
 
@@ -49,9 +51,36 @@ class SlurmGpuGroup(click.Group):
             ctx.exit(2 if isinstance(exc, NotAnAdmin) else 1)
 
 
+def print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """--version: slurm-gpu's version, then the Slurm release it talks to.
+
+    `slurm-gpu X`, then `Slurm 24.11.5 (tested releases: ...)` or `Slurm not reachable:
+    WHY`; a release outside the tested ones adds a warning on stderr. Exits 0 either way.
+    The config is $SLURM_GPU_CONFIG's or the default (--version is read before --config);
+    one that cannot be read leaves Slurm's commands on $PATH.
+    """
+    if not value or ctx.resilient_parsing:
+        return
+    click.echo(f"slurm-gpu {__version__}")
+    try:
+        config: Config | None = ctx.ensure_object(AppContext).config
+    except SlurmGpuError:
+        config = None
+    line, warning = config_cmd.slurm_release_lines(config)
+    click.echo(line)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
+    ctx.exit(0)
+
+
 @click.group(cls=SlurmGpuGroup)
-@click.version_option(
-    __version__, "--version", prog_name="slurm-gpu", message="%(prog)s %(version)s"
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=print_version,
+    help="Show slurm-gpu's version and the Slurm release it talks to, and exit.",
 )
 @click.option(
     "--config",

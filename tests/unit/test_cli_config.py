@@ -13,14 +13,28 @@ import pytest
 from click.testing import CliRunner, Result
 
 from slurm_gpu import __version__
+from slurm_gpu.cli import config_cmd
 from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.main import SlurmGpuGroup, cli
 from slurm_gpu.config import CONFIG_ENV_VAR, Config, load_config, parse_settings, render_config
 from slurm_gpu.errors import StoreError
+from slurm_gpu.testing import FakeRunner
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "tests" / "data" / "configs"
 SCRIPT = Path(sys.executable).parent / "slurm-gpu"
+
+
+# What `config check` and `--version` say of the Slurm they reach (slurm_release fixture).
+SLURM_LINE = "Slurm 24.11.5 (tested releases: 22.05, 24.11, 26.05)"
+
+
+@pytest.fixture
+def slurm_release(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
+    """Slurm 24.11.5 answers the CLI's version query (no real scontrol is run)."""
+    runner = FakeRunner({("scontrol", "--version"): "slurm 24.11.5\n"})
+    monkeypatch.setattr(config_cmd, "slurm_runner", lambda _config: runner)
+    return runner
 
 
 def run(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Result:
@@ -80,11 +94,17 @@ def test_check_missing_explicit_file_fails(tmp_path: Path) -> None:
     assert expected == (result.exit_code, result.stderr)
 
 
-def test_check_valid_file_prints_effective_config(tmp_path: Path) -> None:
-    """A valid file: its effective config as TOML on stdout, "config OK: <path>" on stderr."""
+def test_check_valid_file_prints_effective_config(
+    tmp_path: Path, slurm_release: FakeRunner
+) -> None:
+    """A valid file: its effective config as TOML on stdout, "config OK: <path>" on stderr.
+
+    The TOML starts with a comment naming the Slurm release the config reaches.
+    """
     path = CONFIGS / "valid.toml"
     result = run(["config", "check", "--config", str(path)], tmp_path)
-    expected = (0, render_config(load_config(path, env={})), f"config OK: {path}\n")
+    toml = f"# {SLURM_LINE}\n" + render_config(load_config(path, env={}))
+    expected = (0, toml, f"config OK: {path}\n")
     assert expected == (result.exit_code, result.stdout, result.stderr)
 
 
@@ -96,10 +116,10 @@ def test_check_output_loads_back_to_same_config(tmp_path: Path) -> None:
     assert load_config(path, env={}) == printed
 
 
-def test_check_without_any_file_uses_defaults(tmp_path: Path) -> None:
+def test_check_without_any_file_uses_defaults(tmp_path: Path, slurm_release: FakeRunner) -> None:
     """No --config, no $SLURM_GPU_CONFIG, no default file: defaults, "config OK: defaults"."""
     result = run(["config", "check"], tmp_path)
-    expected = (0, render_config(Config()), "config OK: defaults\n")
+    expected = (0, f"# {SLURM_LINE}\n" + render_config(Config()), "config OK: defaults\n")
     assert expected == (result.exit_code, result.stdout, result.stderr)
 
 
@@ -142,10 +162,11 @@ def test_help_works_with_broken_config(tmp_path: Path) -> None:
     assert expected == result.exit_code
 
 
-def test_version(tmp_path: Path) -> None:
-    """--version prints `slurm-gpu <version>`."""
+def test_version(tmp_path: Path, slurm_release: FakeRunner) -> None:
+    """--version prints `slurm-gpu <version>`, then the Slurm release it talks to."""
     result = run(["--version"], tmp_path)
-    assert (0, f"slurm-gpu {__version__}\n") == (result.exit_code, result.stdout)
+    expected = (0, f"slurm-gpu {__version__}\n{SLURM_LINE}\n", "")
+    assert expected == (result.exit_code, result.stdout, result.stderr)
 
 
 def test_app_context_loads_config_once(tmp_path: Path) -> None:
