@@ -8,6 +8,8 @@
 # the state directories exist. On return these are set for the hook:
 #   node job  the cleaned SLURMD_NODENAME (or hostname) and SLURM_JOB_ID
 #   gpus      Slurm's GPU indices of the job, "0,1" (may be empty)
+#   uuids     the same GPUs' UUIDs in the same order, "GPU-..,GPU-..", when
+#             CUDA_VISIBLE_DEVICES names them by UUID (gres.conf Flags=env_uuid), else empty
 #   body      the key=value lines both hooks write after job_id (uid ... het ids)
 #   nd        $STATE_DIR/$node, with bindings/ and events/ in it
 # When there is nothing to record (no job id, no node name, no state dir), hook_begin
@@ -122,33 +124,104 @@ read_node() {
     esac
 }
 
-# read_gpus: gpus = the job's GPUs as Slurm's indices, "0,1" (ranges "0-3" accepted).
-# Falls back to CUDA_VISIBLE_DEVICES only when SLURM_JOB_GPUS is absent altogether.
-read_gpus() {
-    if [ "${SLURM_JOB_GPUS+set}" = set ]; then list=$SLURM_JOB_GPUS; else list=$CUDA_VISIBLE_DEVICES; fi
-    gpus=
+# gpu_uuid VALUE: r = VALUE if it is a whole GPU UUID as nvidia-smi -L prints it
+# (GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits), else empty.
+gpu_uuid() {
+    r=
+    case $1 in
+    GPU-????????-????-????-????-????????????)
+        case ${1#GPU-} in *[!0-9a-fA-F-]*) ;; *) r=$1 ;; esac ;;
+    esac
+}
+
+# index_list LIST: r = the digits entries of LIST as "0,1" (ranges "0-3" expanded);
+# bad = the number of entries that are neither.
+index_list() {
+    r=
+    bad=0
     IFS=,
-    for g in $list; do
+    for g in $1; do
         case $g in
         *-*)
-            digits "${g%%-*}"; a=$r
-            digits "${g#*-}"; b=$r
-            if [ -n "$a" ] && [ -n "$b" ] && [ ${#a} -le 4 ] && [ ${#b} -le 4 ] &&
-                [ "$a" -le "$b" ] && [ $((b - a)) -lt 64 ]; then
-                while [ "$a" -le "$b" ]; do gpus=$gpus${gpus:+,}$((a + 0)); a=$((a + 1)); done
+            a=${g%%-*} b=${g#*-}
+            case $a in '' | *[!0-9]*) bad=$((bad + 1)); continue ;; esac
+            case $b in '' | *[!0-9]*) bad=$((bad + 1)); continue ;; esac
+            if [ ${#a} -le 4 ] && [ ${#b} -le 4 ] && [ "$a" -le "$b" ] && [ $((b - a)) -lt 64 ]; then
+                while [ "$a" -le "$b" ]; do r=$r${r:+,}$((a + 0)); a=$((a + 1)); done
+            else
+                bad=$((bad + 1))
             fi ;;
         *)
-            digits "$g"
-            [ -z "$r" ] || gpus=$gpus${gpus:+,}$r ;;
+            case $g in
+            '' | *[!0-9]*) bad=$((bad + 1)) ;;
+            *) if [ ${#g} -le 19 ]; then r=$r${r:+,}$g; else bad=$((bad + 1)); fi ;;
+            esac ;;
         esac
     done
     unset IFS
+}
+
+# read_gpus: gpus = the job's GPUs as Slurm's indices, "0,1" (ranges "0-3" accepted),
+# from SLURM_JOB_GPUS; CUDA_VISIBLE_DEVICES only when SLURM_JOB_GPUS is absent altogether.
+# uuids = their UUIDs when CUDA_VISIBLE_DEVICES lists UUIDs (gres.conf Flags=env_uuid,
+# Slurm 26.05; slurmd's prolog/epilog environment then carries each device's UUID there
+# and its index in SLURM_JOB_GPUS, both built in one loop over the allocated devices, in
+# the same order: src/plugins/gres/common/gres_common.c, gres_common_prep_set_env). A
+# list that mixes UUIDs with other values, or whose length differs from SLURM_JOB_GPUS,
+# is logged and not used: the job is then bound by SLURM_JOB_GPUS alone, or (without it)
+# not at all, never to a guessed GPU.
+read_gpus() {
+    uuids=
+    cvd=${CUDA_VISIBLE_DEVICES-}
+    if [ "${SLURM_JOB_GPUS+set}" = set ]; then
+        index_list "$SLURM_JOB_GPUS"
+        gpus=$r
+    else
+        gpus=
+    fi
+    case $cvd in
+    *GPU-* | *MIG-*) ;;
+    *)
+        if [ "${SLURM_JOB_GPUS+set}" != set ] && [ "$cvd" != NoDevFiles ]; then
+            index_list "$cvd"
+            gpus=$r
+            [ "$bad" = 0 ] || log "CUDA_VISIBLE_DEVICES (no SLURM_JOB_GPUS) has $bad entries that are neither GPU indices nor UUIDs: dropped${gpus:+, bound by $gpus}"
+        fi
+        return 0 ;;
+    esac
+    n=0
+    odd=
+    shown=
+    IFS=,
+    for g in $cvd; do
+        gpu_uuid "$g"
+        if [ -n "$r" ]; then uuids=$uuids${uuids:+,}$r; n=$((n + 1)); else odd=yes; fi
+        clean "$g"
+        shown=$shown${shown:+,}$r
+    done
+    unset IFS
+    if [ -n "$odd" ]; then
+        uuids=
+        log "CUDA_VISIBLE_DEVICES=$shown mixes GPU UUIDs with other values (MIG devices are not bound by UUID): not bound by UUID${gpus:+, bound by SLURM_JOB_GPUS=$gpus}"
+        return 0
+    fi
+    if [ "${SLURM_JOB_GPUS+set}" = set ]; then
+        m=0
+        IFS=,
+        for g in $gpus; do m=$((m + 1)); done
+        unset IFS
+        if [ "$m" != "$n" ]; then
+            uuids=
+            log "CUDA_VISIBLE_DEVICES=$shown lists $n GPU UUIDs but SLURM_JOB_GPUS=$gpus $m indices: not bound by UUID, bound by SLURM_JOB_GPUS"
+        fi
+    fi
 }
 
 # read_body: body = the job's cleaned fields as key=value lines, one per line, in the
 # order conf/slurm-hooks.md documents; the array and het ids and the restart count only
 # when slurmd set them.
 read_body() {
+    # shellcheck disable=SC2153 # slurmd sets it (not a misspelling of SLURM_JOB_SLUID)
     digits "$SLURM_JOB_UID"; uid=$r
     clean "$SLURM_JOB_USER"; user=$r
     clean "$SLURM_JOB_ACCOUNT"; account=$r
@@ -160,6 +233,10 @@ account=$account
 partition=$partition
 cluster=$cluster
 "
+    # The job's SLUID (Slurm 25.11+: "s" and 13 base-32 characters), which names its
+    # cgroup there unless cgroup.conf says CgroupJobIdPaths=yes.
+    if [ -n "$SLURM_JOB_SLUID" ]; then clean "$SLURM_JOB_SLUID"; body="${body}sluid=$r
+"; fi
     if [ -n "$SLURM_ARRAY_JOB_ID" ]; then digits "$SLURM_ARRAY_JOB_ID"; body="${body}array_job_id=$r
 "; fi
     if [ -n "$SLURM_ARRAY_TASK_ID" ]; then digits "$SLURM_ARRAY_TASK_ID"; body="${body}array_task_id=$r

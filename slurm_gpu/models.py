@@ -92,6 +92,9 @@ class JobEvent:
     het_job_offset: int | None = None
     exit_code: int | None = None
     restart: int = 0
+    # Slurm's SLUID of the job (25.11+, SLURM_JOB_SLUID: "s" and 13 base-32 characters);
+    # "" where Slurm has none or the hooks are older.
+    sluid: str = ""
 
     @property
     def key(self) -> str:

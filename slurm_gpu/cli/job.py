@@ -82,6 +82,8 @@ def _view(
         usage.gpus[usage.gpus["job_id"] == job["job_id"]].to_dict("records"),
         env.store.job_summaries(int(job["job_id"])),
     )
+    # Slurm's SLUID (25.11+), recorded by the hooks: null / no line without one.
+    job = {**job, "sluid": env.store.sluids([int(job["job_id"])]).get(int(job["job_id"]))}
     inventory = env.store.inventory()
     # Whether each GPU has NVML GPM (the agent's inventory): a GPU without it is
     # "not measured", never 0 % SM activity. None: a GPU the inventory does not know.

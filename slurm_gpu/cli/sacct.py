@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,7 +12,13 @@ from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
 from slurm_gpu.reports.fields import DEFAULT_FORMAT, GPU_FORMAT, HELD_COST_FORMAT, job_fields
 from slurm_gpu.reports.records import gpu_records, job_records
-from slurm_gpu.reports.render import OutputMode, help_format, parse_format, render
+from slurm_gpu.reports.render import (
+    OutputMode,
+    help_format,
+    json_record,
+    parse_format,
+    render,
+)
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.sacct import state_name
@@ -175,5 +182,14 @@ def sacct_command(
     )
     usage = env.usage(None if job_list else since, None if job_list else until, selection)
     records = gpu_records(usage) if per_gpu else job_records(usage)
-    click.echo(render(columns, records, mode, header=not noheader, delimiter=delimiter), nl=False)
+    if mode == "json" and not per_gpu:
+        # Each job also says its Slurm SLUID (25.11+, from the hooks; null without one).
+        sluids = env.store.sluids([int(r["job_id"]) for r in records]) if records else {}
+        document = [
+            {**json_record(columns, r), "sluid": sluids.get(int(r["job_id"]))} for r in records
+        ]
+        click.echo(json.dumps(document, indent=2))
+    else:
+        text = render(columns, records, mode, header=not noheader, delimiter=delimiter)
+        click.echo(text, nl=False)
     echo_warnings(env)

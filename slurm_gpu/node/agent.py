@@ -21,30 +21,55 @@ import pwd
 import re
 import sqlite3
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpuSnapshot, GpuSource
-from slurm_gpu.models import GpuActivity, GpuDevice, JobGpuSummary, LostGpu
+from slurm_gpu.models import Binding, GpuActivity, GpuDevice, JobEvent, JobGpuSummary, LostGpu
 from slurm_gpu.node.attribution import JobSpan, period_start, split_window
-from slurm_gpu.node.hookfiles import read_bindings, read_events
+from slurm_gpu.node.hookfiles import (
+    UNKNOWN_INDEX,
+    BindingFile,
+    EventFile,
+    read_binding_files,
+    read_events,
+)
 from slurm_gpu.node.outbox import fields_of
 from slurm_gpu.node.spool import PieceBatch, Spool
 from slurm_gpu.slurm.gres import GresGpuFile, index_to_minor
 
 log = logging.getLogger(__name__)
 
-_CGROUP_JOB = re.compile(rb"/job_(\d+)(?:/|$)")
+_CGROUP_JOB = re.compile(rb"/job_(\d+)(?:/|$)", re.MULTILINE)
+# Slurm 26.05's cgroup/v2 names a job's cgroup by its SLUID unless cgroup.conf says
+# CgroupJobIdPaths=yes: src/plugins/cgroup/v2/cgroup_v2.c, cgroup_p_step_create
+# ("/job_%u" with cgroup_job_id_paths, else "/%s" of print_sluid), under which come
+# step_N/user/task_N. A SLUID is "s" and 13 characters of Crockford's base 32
+# (src/common/sluid.c, print_sluid).
+_CGROUP_SLUID = re.compile(rb"/(s[0-9A-HJKMNP-TV-Z]{13})(?:/|$)", re.MULTILINE)
 
 
-def job_of_pid(pid: int, proc: Path = Path("/proc")) -> int | None:
-    """The Slurm job a process belongs to: its cgroup (job_N), else SLURM_JOB_ID."""
+def job_of_pid(
+    pid: int, proc: Path = Path("/proc"), sluids: Mapping[str, int] | None = None
+) -> int | None:
+    """The Slurm job a process belongs to: its cgroup, else its SLURM_JOB_ID.
+
+    The cgroup is Slurm's and cannot be changed by the job's user; the environment can.
+    A cgroup path names the job as `/job_N/` (Slurm before 25.11, or CgroupJobIdPaths=yes)
+    or by its SLUID (26.05's default), which `sluids` (SLUID -> job id, from the hooks'
+    bindings) maps to the job. A process in the cgroup of a SLUID no binding on this node
+    names belongs to no job holding a GPU here: None, whatever its environment says.
+    """
     try:
-        match = _CGROUP_JOB.search((proc / str(pid) / "cgroup").read_bytes())
+        cgroup = (proc / str(pid) / "cgroup").read_bytes()
+        match = _CGROUP_JOB.search(cgroup)
         if match:
             return int(match.group(1))
+        named = _CGROUP_SLUID.search(cgroup)
+        if named:
+            return (sluids or {}).get(named.group(1).decode())
         for item in (proc / str(pid) / "environ").read_bytes().split(b"\0"):
             if item.startswith(b"SLURM_JOB_ID="):
                 value = item.split(b"=", 1)[1]
@@ -98,7 +123,8 @@ class NodeAgent:
             is active, by the same rule ([node] sm_active_threshold_percent).
         max_gap_intervals: a read later than this many intervals after the previous one
             does not claim the gap: it is recorded as missing, not as idle.
-        clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job).
+        clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job); default
+            `job_of_pid` with the SLUIDs of the jobs bound here.
         stat: os.stat, for resolving device minors.
     """
 
@@ -115,7 +141,7 @@ class NodeAgent:
         max_gap_intervals: float = 3.0,
         sm_active_threshold: float = 5.0,
         clock: Callable[[], float] = time.time,
-        pid_job: Callable[[int], int | None] = job_of_pid,
+        pid_job: Callable[[int], int | None] | None = None,
         stat: Callable[[str], os.stat_result] = os.stat,
     ) -> None:
         self.node = node
@@ -128,8 +154,11 @@ class NodeAgent:
         self.sm_active_threshold = sm_active_threshold
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
-        self.pid_job = pid_job
+        self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
+        self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
         self.devices: list[GpuDevice] = source.devices()
+        self._nvml_uuids = {d.uuid for d in self.devices}
+        self._uuid_warned: set[tuple[int, str]] = set()  # (job, uuid) logged as unbindable
         by_minor = {d.minor: d for d in self.devices}
         # Slurm index -> NVML device, through the device file's minor number.
         self.index_uuid: dict[int, str] = {}
@@ -171,7 +200,7 @@ class NodeAgent:
         if event_files:
             with self.spool.transaction() as db:
                 for item in event_files:
-                    self.spool.apply_event(db, item.event)
+                    self.spool.apply_event(db, self._bound_event(item))
             self._spans = None  # the events opened or closed spans
         for item in event_files:
             item.path.unlink(missing_ok=True)
@@ -230,10 +259,12 @@ class NodeAgent:
 
         Returns `spans` plus the spans adopted from bindings.
         """
-        bindings = read_bindings(self.node_dir)
-        if not bindings:  # no job holds a GPU here
+        files = read_binding_files(self.node_dir)
+        if not files:  # no job holds a GPU here
             self._het = {}
+            self._sluid_jobs.clear()
             return spans
+        bindings = self._bound_bindings(files)
         known = {(s.job_id, s.restart, s.slurm_index) for s in spans}
         self._het = {b.job_id: b.het_job_id for b in bindings if b.het_job_id is not None}
         adopted = [
@@ -252,6 +283,97 @@ class NodeAgent:
         finally:
             self._spans = None  # re-read next tick, in the spool's order
         return spans + adopted
+
+    # --- GPUs named by UUID (gres.conf Flags=env_uuid) -------------------------------
+
+    def _bound_event(self, item: EventFile) -> JobEvent:
+        """The event with its GPUs bound by the UUIDs slurmd named, where it named them.
+
+        With indices and UUIDs (the prolog's SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES,
+        paired by slurmd itself) each index is bound to its UUID; with UUIDs alone each
+        UUID is looked up among the GPUs this node's gres.conf maps.
+        """
+        event = item.event
+        if not item.gpu_uuids:
+            return event
+        if event.gpu_indices:
+            for index, uuid in zip(event.gpu_indices, item.gpu_uuids, strict=True):
+                self._follow_slurm(index, uuid, event.job_id)
+            return event
+        found = (self._index_of(uuid, event.job_id) for uuid in item.gpu_uuids)
+        return replace(event, gpu_indices=tuple(i for i in found if i is not None))
+
+    def _bound_bindings(self, files: list[BindingFile]) -> list[Binding]:
+        """The bindings by Slurm index (UUID-only ones looked up); learns the SLUIDs."""
+        self._sluid_jobs.clear()
+        bindings = []
+        for item in files:
+            binding = item.binding
+            if item.sluid:
+                self._sluid_jobs[item.sluid] = binding.job_id
+            if item.gpu_uuid and binding.slurm_index == UNKNOWN_INDEX:
+                index = self._index_of(item.gpu_uuid, binding.job_id)
+                if index is None:
+                    continue
+                binding = replace(binding, slurm_index=index)
+            elif item.gpu_uuid:
+                self._follow_slurm(binding.slurm_index, item.gpu_uuid, binding.job_id)
+            bindings.append(binding)
+        return bindings
+
+    def _follow_slurm(self, index: int, uuid: str, job_id: int) -> None:
+        """slurmd says Slurm GPU `index` is `uuid`: bind the index to that GPU.
+
+        The UUID is the GPU the job's CUDA programs see, so it wins over what gres.conf's
+        device files gave (an AutoDetect node has none); a conflict is logged as an error.
+        A UUID NVML does not list here leaves the index as it was, and is logged.
+        """
+        if self.index_uuid.get(index) == uuid:
+            return
+        if uuid not in self._nvml_uuids:
+            if (job_id, uuid) not in self._uuid_warned:
+                self._uuid_warned.add((job_id, uuid))
+                log.error(
+                    "job %d: slurmd names Slurm GPU %d %s (CUDA_VISIBLE_DEVICES), which NVML"
+                    " does not list on this node: GPU %d stays bound by gres.conf (%s)",
+                    job_id,
+                    index,
+                    uuid,
+                    index,
+                    self.index_uuid.get(index, "no GPU"),
+                )
+            return
+        before = self.index_uuid.get(index)
+        if before is None:
+            log.warning("Slurm GPU %d is %s (slurmd, job %d)", index, uuid, job_id)
+        else:
+            log.error(
+                "Slurm GPU %d is %s by slurmd's CUDA_VISIBLE_DEVICES (job %d), but gres.conf's"
+                " device file gave %s: following slurmd",
+                index,
+                uuid,
+                job_id,
+                before,
+            )
+        for other in [i for i, u in self.index_uuid.items() if u == uuid and i != index]:
+            del self.index_uuid[other]  # that index was this GPU by gres.conf only
+        self.index_uuid[index] = uuid
+        self.uuid_index = {u: i for i, u in self.index_uuid.items()}
+
+    def _index_of(self, uuid: str, job_id: int) -> int | None:
+        """The Slurm index of the GPU `uuid` on this node; None (logged) when unknown."""
+        index = self.uuid_index.get(uuid)
+        if index is None and (job_id, uuid) not in self._uuid_warned:
+            self._uuid_warned.add((job_id, uuid))
+            where = "NVML lists it but" if uuid in self._nvml_uuids else "NVML does not list it and"
+            log.error(
+                "job %d: GPU %s (CUDA_VISIBLE_DEVICES, no SLURM_JOB_GPUS): %s gres.conf gives"
+                " it no Slurm index on this node: not bound",
+                job_id,
+                uuid,
+                where,
+            )
+        return index
 
     def _read_gpu(
         self,

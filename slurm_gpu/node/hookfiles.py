@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import time
 from dataclasses import dataclass
@@ -24,6 +25,13 @@ from slurm_gpu.models import Binding, JobEvent, JobEventKind
 log = logging.getLogger(__name__)
 
 _INT_FIELDS = ("array_job_id", "array_task_id", "het_job_id", "het_job_offset")
+# nvidia-smi -L's form of a GPU UUID, the one hooks/slurm-gpu-hooks.sh (gpu_uuid) keeps
+_GPU_UUID = re.compile(
+    r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
+# Slurm's SLUID: "s" and 13 characters of Crockford's base 32 (src/common/sluid.c,
+# print_sluid); the hooks keep [A-Za-z0-9._@-] only, so anything else is damage.
+_SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
 
 
 class HookFileError(ValueError):
@@ -32,10 +40,35 @@ class HookFileError(ValueError):
 
 @dataclass(frozen=True)
 class EventFile:
-    """An event read from disk, with the path to remove once it is safely spooled."""
+    """An event read from disk, with the path to remove once it is safely spooled.
+
+    `gpu_uuids`: the GPUs' UUIDs where slurmd named them so (gres.conf Flags=env_uuid,
+    CUDA_VISIBLE_DEVICES), in the order of `event.gpu_indices`, or alone when the hook
+    had no SLURM_JOB_GPUS (then `event.gpu_indices` is empty); () otherwise.
+    """
 
     path: Path
     event: JobEvent
+    gpu_uuids: tuple[str, ...] = ()
+
+
+# A binding the prolog named by its GPU's UUID alone (no SLURM_JOB_GPUS): the agent finds
+# its Slurm index from the UUID before using it.
+UNKNOWN_INDEX = -1
+
+
+@dataclass(frozen=True)
+class BindingFile:
+    """A binding read from disk with what the models' Binding does not carry.
+
+    `gpu_uuid`: the GPU's UUID as slurmd named it (Flags=env_uuid), else "". A binding
+    with `binding.slurm_index == UNKNOWN_INDEX` has only the UUID. `sluid`: the job's
+    SLUID (Slurm 25.11+), else "".
+    """
+
+    binding: Binding
+    gpu_uuid: str = ""
+    sluid: str = ""
 
 
 def parse_fields(text: str, where: str) -> dict[str, str]:
@@ -77,8 +110,33 @@ def _indices(text: str, where: str) -> tuple[int, ...]:
     return tuple(int(p) for p in parts)
 
 
+def _uuid(text: str, where: str, key: str) -> str:
+    """A GPU UUID as nvidia-smi -L prints it (GPU-8-4-4-4-12 hex digits), else an error."""
+    if not _GPU_UUID.fullmatch(text):
+        raise HookFileError(
+            f"{where}: {key} must be GPU UUIDs (GPU-xxxxxxxx-...), got {brief(text)}"
+        )
+    return text
+
+
+def _uuids(text: str, where: str) -> tuple[str, ...]:
+    return tuple(_uuid(p, where, "gpu_uuids") for p in text.split(",") if p)
+
+
+def _sluid(fields: dict[str, str], where: str) -> str:
+    value = fields.get("sluid", "")
+    if value and not _SLUID.fullmatch(value):
+        raise HookFileError(f"{where}: sluid must be a Slurm SLUID (s + 13), got {brief(value)}")
+    return value
+
+
 def parse_event(path: Path, node: str) -> JobEvent:
     """One `events/<jobid>.<started|ended>.<pid>` file -> JobEvent (time = mtime)."""
+    return parse_event_file(path, node).event
+
+
+def parse_event_file(path: Path, node: str) -> EventFile:
+    """One event file -> its event and the GPUs' UUIDs it names (EventFile)."""
     where = str(path)
     fields = parse_fields(path.read_text(errors="replace"), where)
     kind_text = path.name.split(".")[1] if path.name.count(".") >= 2 else ""
@@ -89,7 +147,11 @@ def parse_event(path: Path, node: str) -> JobEvent:
     job_id = _int(fields, "job_id", where, required=True)
     assert job_id is not None
     extras = {key: _int(fields, key, where) for key in _INT_FIELDS}
-    return JobEvent(
+    indices = _indices(fields.get("gpu_indices", ""), where)
+    uuids = _uuids(fields.get("gpu_uuids", ""), where)
+    if indices and uuids and len(indices) != len(uuids):
+        raise HookFileError(f"{where}: {len(uuids)} gpu_uuids for {len(indices)} gpu_indices")
+    event = JobEvent(
         node=node,
         job_id=job_id,
         kind=kind,
@@ -98,23 +160,35 @@ def parse_event(path: Path, node: str) -> JobEvent:
         uid=_int(fields, "uid", where),
         account=fields.get("account", ""),
         partition=fields.get("partition", ""),
-        gpu_indices=_indices(fields.get("gpu_indices", ""), where),
+        gpu_indices=indices,
         exit_code=_int(fields, "exit_code", where),
         restart=_int(fields, "restart", where) or 0,
+        sluid=_sluid(fields, where),
         **extras,
     )
+    return EventFile(path, event, uuids)
 
 
 def parse_binding(path: Path) -> Binding:
     """One `bindings/<jobid>.<index>` file -> Binding (start = mtime)."""
+    return parse_binding_file(path).binding
+
+
+def parse_binding_file(path: Path) -> BindingFile:
+    """One `bindings/<jobid>.<index|uuid>` file -> BindingFile (start = mtime).
+
+    A file has gpu_index, gpu_uuid or both (gres.conf Flags=env_uuid); one with neither
+    is malformed.
+    """
     where = str(path)
     fields = parse_fields(path.read_text(errors="replace"), where)
     job_id = _int(fields, "job_id", where, required=True)
-    index = _int(fields, "gpu_index", where, required=True)
-    assert job_id is not None and index is not None
-    return Binding(
+    uuid = _uuid(fields["gpu_uuid"], where, "gpu_uuid") if fields.get("gpu_uuid") else ""
+    index = _int(fields, "gpu_index", where, required=not uuid)
+    assert job_id is not None
+    binding = Binding(
         job_id=job_id,
-        slurm_index=index,
+        slurm_index=UNKNOWN_INDEX if index is None else index,
         start=path.stat().st_mtime,
         user=fields.get("user", ""),
         uid=_int(fields, "uid", where),
@@ -124,6 +198,7 @@ def parse_binding(path: Path) -> Binding:
         het_job_id=_int(fields, "het_job_id", where),
         het_job_offset=_int(fields, "het_job_offset", where),
     )
+    return BindingFile(binding, uuid, _sluid(fields, where))
 
 
 def _visible(directory: Path) -> list[Path]:
@@ -163,7 +238,7 @@ def read_events(node_dir: Path, node: str, grace_seconds: float = 60.0) -> list[
     found: list[EventFile] = []
     for path in _visible(node_dir / "events"):
         try:
-            found.append(EventFile(path, parse_event(path, node)))
+            found.append(parse_event_file(path, node))
         except (HookFileError, OSError) as exc:
             _handle_bad(path, exc, grace_seconds)
     return found
@@ -171,10 +246,15 @@ def read_events(node_dir: Path, node: str, grace_seconds: float = 60.0) -> list[
 
 def read_bindings(node_dir: Path, grace_seconds: float = 60.0) -> list[Binding]:
     """The GPUs currently bound to jobs on this node, as the prolog left them."""
-    found: list[Binding] = []
+    return [b.binding for b in read_binding_files(node_dir, grace_seconds)]
+
+
+def read_binding_files(node_dir: Path, grace_seconds: float = 60.0) -> list[BindingFile]:
+    """The bindings with their GPU UUIDs and SLUIDs (BindingFile), oldest first."""
+    found: list[BindingFile] = []
     for path in _visible(node_dir / "bindings"):
         try:
-            found.append(parse_binding(path))
+            found.append(parse_binding_file(path))
         except (HookFileError, OSError) as exc:
             _handle_bad(path, exc, grace_seconds)
     return found

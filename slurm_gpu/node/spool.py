@@ -501,9 +501,14 @@ class Spool:
         job's open run. So a requeued job's second run never merges into its first.
         """
         event = replace(event, restart=Spool._run_of(db, event))
+        payload = asdict(event)
+        if not event.sluid:
+            # The payload of a job without a SLUID (Slurm before 25.11) stays the one an
+            # agent before SLUIDs wrote, which that agent can still read back.
+            del payload["sluid"]
         db.execute(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('event', ?, ?)",
-            (event.key, encode(asdict(event))),
+            (event.key, encode(payload)),
         )
         if event.kind is JobEventKind.STARTED:
             for index in event.gpu_indices:

@@ -351,6 +351,9 @@ def render_job(
     lines: list[str] = []
     running = is_running(job.get("state"))
     lines.append(f"Job {job['job_id_text']} ({job['job_id']}) {job.get('name') or ''}".rstrip())
+    sluid = job.get("sluid")
+    if isinstance(sluid, str) and sluid:  # Slurm 25.11+
+        lines.append(f"  SLUID {sluid}")
     lines.append(
         f"  User {job.get('user')}  Account {job.get('account')}  "
         f"Partition {job.get('partition')}  State {job.get('state')}"

@@ -65,6 +65,7 @@ JOB_COLUMNS = (
     "nodes",
     "gpus",
     "restart",
+    "sluid",
 )
 # States the hooks derive; a state set from Slurm (CANCELLED, TIMEOUT...) is never replaced.
 HOOK_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})
@@ -211,10 +212,12 @@ def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
                 row["state"] = None
         row["restart"] = event.restart
     elif event.restart < current:
-        for name in ("user", "account", "partition"):
+        for name in ("user", "account", "partition", "sluid"):
             if not row[name] and getattr(event, name):
                 row[name] = getattr(event, name)
         return row
+    if event.sluid and not row["sluid"]:
+        row["sluid"] = event.sluid  # a job keeps its SLUID, whichever event names it first
     if event.kind is JobEventKind.STARTED:
         for name in ("user", "account", "partition"):
             if getattr(event, name):

@@ -82,6 +82,8 @@ jobs = sa.Table(
     # The newest run the hooks reported (Slurm's restart count; None before 0004 or from
     # sacct only): start, end, exit code and state are that run's, as sacct shows them.
     sa.Column("restart", sa.Integer()),
+    # Slurm's SLUID of the job (25.11+, SLURM_JOB_SLUID; revision 0008), NULL without one.
+    sa.Column("sluid", sa.String(32)),
 )
 sa.Index(None, jobs.c.start_time)
 # Reports select a period by end_time >= since (a month of a year-long store); see

@@ -520,6 +520,21 @@ class Store:
             )
             return dict(row) if row is not None else None
 
+    def sluids(self, job_ids: Sequence[int]) -> dict[int, str]:
+        """{job id: Slurm's SLUID} of those of `job_ids` that have one (Slurm 25.11+)."""
+        j = jobs.c
+        found: dict[int, str] = {}
+        ids = sorted({int(i) for i in job_ids})
+        with self.reading("reading SLUIDs of jobs") as conn:
+            for at in range(0, len(ids), 500):  # bounded IN lists on every backend
+                query = sa.select(j.job_id, j.sluid).where(
+                    j.cluster == self.cluster,
+                    j.job_id.in_(ids[at : at + 500]),
+                    j.sluid.is_not(None),
+                )
+                found.update({int(job): str(sluid) for job, sluid in conn.execute(query).all()})
+        return found
+
     def job_gpus(self, job_id: int) -> list[dict[str, Any]]:
         """The `job_gpus` rows of `job_id`, by run, node and Slurm index."""
         g = job_gpus.c

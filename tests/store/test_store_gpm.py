@@ -299,12 +299,12 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
         "power_weighted_sum": 3600.0 * 300, "power_covered_seconds": 3600.0,
         "temperature_max_celsius": 70.0, "ecc_errors_total": 0,
     }  # fmt: skip
-    store.upsert_jobs(
-        [{"job_id": 42, "user": "alice", "account": "physics", "partition": "gpu",
-          "start_time": T0, "end_time": T0 + 3600.0, "gpus": 2}]
-    )  # fmt: skip
     with store.writing("rows at revision 0005") as conn:
         old_columns = _old_columns(conn)
+        _insert(conn, "jobs", old_columns["jobs"],  # as 0005 has it (no sluid, 0008)
+                [{"cluster": "alpha", "job_id": 42, "user": "alice", "account": "physics",
+                  "partition": "gpu", "start_time": T0, "end_time": T0 + 3600.0,
+                  "gpus": 2}])  # fmt: skip
         assert "gpm_seconds" not in old_columns["gpu_intervals"]
         _insert(conn, "gpu_intervals", old_columns["gpu_intervals"],
                 [convert.interval_to_row(r) for r in intervals])  # fmt: skip
@@ -315,7 +315,8 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
         _insert(conn, "gpu_inventory", old_columns["gpu_inventory"],
                 [convert.device_to_row("gpu2", device, T0)])  # fmt: skip
         _insert(conn, "gpu_intervals_hourly", old_columns["gpu_intervals_hourly"], [hourly])
-    jobs_before = queries.job_rows_in_window(store, T0, T0 + 7200)
+    old_jobs = [c for c in queries.JOB_ROW_COLUMNS if c != "sluid"]  # sluid: 0008
+    jobs_before = queries.job_rows_in_window(store, T0, T0 + 7200, columns=old_jobs)
     summary_rows_before = queries.summary_rows_in_window(store, T0, T0 + 7200)
     with store.reading("rows before") as conn:
         before = _dump(conn, old_columns)
@@ -324,7 +325,7 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
     assert "0006" == store.current_revision()
     with store.reading("rows after") as conn:
         assert before == _dump(conn, old_columns)
-    assert jobs_before == queries.job_rows_in_window(store, T0, T0 + 7200)
+    assert jobs_before == queries.job_rows_in_window(store, T0, T0 + 7200, columns=old_jobs)
     assert summary_rows_before == queries.summary_rows_in_window(store, T0, T0 + 7200)
     assert intervals == store.intervals()
     assert sorted(summaries, key=lambda s: (s.node, s.gpu_uuid)) == store.job_summaries(42)
