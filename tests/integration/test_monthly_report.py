@@ -35,6 +35,7 @@ HEADINGS = [
     "GPU-hours and cost by account",
     "GPU-hours and cost by user",
     "Utilization distribution",
+    "Efficiency beyond utilization",
     "Idle waste",
     "Top wasteful jobs",
     "Queue wait by partition",
