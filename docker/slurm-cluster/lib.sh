@@ -273,14 +273,20 @@ mysql_root() { mariadb --no-defaults --socket="$STATE/mysql-run/mysqld.sock" -ur
 
 start_mariadb() {
     is_running mariadb && return 0
+    # Its own tmpdir: two beds set up at once (.ci/run's release matrix) must not share
+    # /tmp's temporary tables (seen: one install failing on the other's files).
+    mkdir -p "$STATE/mysql-tmp"
+    chown mysql:mysql "$STATE/mysql-tmp"
     if [ ! -d "$STATE/mysql/mysql" ]; then
         mkdir -p "$STATE/mysql"
         chown mysql:mysql "$STATE/mysql"
         mariadb-install-db --no-defaults --datadir="$STATE/mysql" --user=mysql \
+            --tmpdir="$STATE/mysql-tmp" \
             --auth-root-authentication-method=socket >"$STATE/log/mariadb-install.log" 2>&1 ||
             die "mariadb-install-db failed: $STATE/log/mariadb-install.log"
     fi
     spawn mariadb /usr/sbin/mariadbd --no-defaults --datadir="$STATE/mysql" --user=mysql \
+        --tmpdir="$STATE/mysql-tmp" \
         --socket="$STATE/mysql-run/mysqld.sock" --port="$DB_PORT" --bind-address="$DB_ADDR" \
         --pid-file="$STATE/mysql-run/mariadbd.pid" --log-error="$STATE/log/mariadb.log" \
         --innodb-buffer-pool-size=64M --innodb-lock-wait-timeout=900
