@@ -15,6 +15,10 @@ from slurm_gpu.config import (
     render_config,
 )
 from slurm_gpu.credentials import exposures
+from slurm_gpu.errors import ConfigError, GpuError
+from slurm_gpu.models import GpuDevice
+from slurm_gpu.slurm.gpu_order import GpuOrder, slurm_gpu_order
+from slurm_gpu.slurm.gres import load_gres_node
 from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
 from slurm_gpu.slurm.version import describe_slurm
 
@@ -45,6 +49,43 @@ def config_group() -> None:
     """Inspect the slurm-gpu configuration."""
 
 
+def nvml_devices() -> list[GpuDevice] | None:
+    """The GPUs NVML lists here; None where NVML cannot be loaded (a head node).
+
+    Tests replace this function to answer with fixed devices.
+    """
+    from slurm_gpu.gpu.nvml import NvmlSource  # pynvml only where a GPU check runs
+
+    try:
+        source = NvmlSource(gpm=False)
+    except GpuError:
+        return None
+    try:
+        return source.devices()
+    finally:
+        source.close()
+
+
+def gpu_order_lines(config: Config, node: str) -> tuple[list[str], GpuOrder | None]:
+    """Comment lines on how slurmd numbers `node`'s GPUs, and that order.
+
+    The order is None where there is no gres.conf here to check.
+    """
+    path = Path(config.node.gres_conf)
+    if not path.is_file():
+        return [f"# gres.conf: {path} is not here: {node}'s GPU numbering not checked"], None
+    devices = nvml_devices()
+    order = slurm_gpu_order(load_gres_node(path, node), devices)
+    lines = [f"# gres.conf {path}, node {node}: {order.rule}"]
+    if devices is None:
+        lines.append("#   NVML is not available here: the GPUs themselves were not checked")
+    elif not order.gpus and not order.problems:
+        lines.append(f"#   no GPU of {node} is declared or detected")
+    for gpu in order.gpus:
+        lines.append(f"#   Slurm GPU {gpu.index} = {gpu.path} {gpu.uuid or '(not listed by NVML)'}")
+    return lines, order
+
+
 @config_group.command("check")
 @click.option(
     "--config",
@@ -53,19 +94,33 @@ def config_group() -> None:
     default=None,
     help="Config file to check (default: the one slurm-gpu would use).",
 )
+@click.option(
+    "--node",
+    default=None,
+    help="The Slurm node whose gres.conf lines to check (default: this host's short name).",
+)
 @pass_app_context
-def check(app: AppContext, config_path: Path | None) -> None:
+def check(app: AppContext, config_path: Path | None, node: str | None) -> None:
     """Validate the config file and print the effective configuration as TOML.
 
-    The TOML starts with a comment naming the Slurm release [slurm] reaches (or why it
-    cannot); a release slurm-gpu is not tested on gets a warning on stderr. Exits 1 with
-    one line per problem (file: key: what is wrong) when the config is invalid.
+    The TOML starts with comments naming the Slurm release [slurm] reaches (or why it
+    cannot) and how slurmd numbers this node's GPUs ([node] gres_conf, AutoDetect
+    included, against the GPUs NVML lists here). A release slurm-gpu is not tested on
+    gets a warning on stderr. Exits 1 with one line per problem (file: key: what is
+    wrong) when the config is invalid or the node's GPUs cannot be numbered as slurmd
+    numbers them.
     """
+    from slurm_gpu.node.daemon import default_node_name
+
     file = locate_config(config_path or app.config_path, app.env, app.default_path)
     config = read_config(file)
     slurm_line, slurm_warning = slurm_release_lines(config)
     click.echo(f"# {slurm_line}")
+    gres_lines, order = gpu_order_lines(config, node or default_node_name())
+    click.echo("\n".join(gres_lines))
     click.echo(render_config(config), nl=False)
+    if order is not None and order.problems:
+        raise ConfigError(list(order.problems))
     warnings = [slurm_warning] if slurm_warning else []
     warnings += exposures(file, config.store.url) if file is not None else []
     for warning in warnings:

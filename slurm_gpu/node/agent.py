@@ -38,7 +38,8 @@ from slurm_gpu.node.hookfiles import (
 )
 from slurm_gpu.node.outbox import fields_of
 from slurm_gpu.node.spool import PieceBatch, Spool
-from slurm_gpu.slurm.gres import GresGpuFile, index_to_minor
+from slurm_gpu.slurm.gpu_order import slurm_gpu_order
+from slurm_gpu.slurm.gres import GresGpuFile, GresNode
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class NodeAgent:
         node_dir: <state_dir>/<node>, where the hooks write.
         source: the GPUs.
         spool: the node's spool.
-        gres_files: this node's GPU device files in Slurm index order (gres.conf).
+        gres: this node's gres.conf lines (a plain list: its File= entries, no AutoDetect);
+            slurmd's GPU numbering is derived from them (slurm_gpu.slurm.gpu_order).
         interval: seconds between ticks.
         period: shipping period in seconds (intervals are aggregated to this).
         active_threshold: a sample at or above this utilization percent is active
@@ -134,7 +136,7 @@ class NodeAgent:
         node_dir: Path,
         source: GpuSource,
         spool: Spool,
-        gres_files: list[GresGpuFile],
+        gres: GresNode | list[GresGpuFile],
         interval: float = 10.0,
         period: float = 60.0,
         active_threshold: float = 5.0,
@@ -159,14 +161,15 @@ class NodeAgent:
         self.devices: list[GpuDevice] = source.devices()
         self._nvml_uuids = {d.uuid for d in self.devices}
         self._uuid_warned: set[tuple[int, str]] = set()  # (job, uuid) logged as unbindable
-        by_minor = {d.minor: d for d in self.devices}
-        # Slurm index -> NVML device, through the device file's minor number.
-        self.index_uuid: dict[int, str] = {}
-        for index, minor in index_to_minor(gres_files, stat).items():
-            if minor in by_minor:
-                self.index_uuid[index] = by_minor[minor].uuid
-            else:
-                log.error("gres.conf GPU %d (minor %d) has no NVML device", index, minor)
+        # Slurm index -> NVML device, numbered as slurmd numbers them (gpu_order).
+        self.gpu_order = slurm_gpu_order(
+            gres if isinstance(gres, GresNode) else GresNode.listing(node, gres),
+            self.devices,
+            stat,
+        )
+        for problem in self.gpu_order.problems:
+            log.error("%s", problem)
+        self.index_uuid: dict[int, str] = self.gpu_order.index_uuid()
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
         self._warned_pids: set[tuple[str, int]] = set()
         self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
@@ -187,10 +190,12 @@ class NodeAgent:
         self._lost: dict[str, LostGpu] = {}
         self._lost_reported: dict[str, LostGpu] | None = None  # None: not yet this run
         started = clock()
-        for index, minor in index_to_minor(gres_files, stat).items():
-            if minor not in by_minor:
-                reason = f"gres.conf GPU {index} (/dev/nvidia{minor}) is not among NVML's GPUs"
-                self._lost[f"minor:{minor}"] = LostGpu("", minor, started, reason)
+        for gpu in self.gpu_order.gpus:
+            if gpu.uuid is None and gpu.minor is not None:
+                reason = (
+                    f"gres.conf GPU {gpu.index} (/dev/nvidia{gpu.minor}) is not among NVML's GPUs"
+                )
+                self._lost[f"minor:{gpu.minor}"] = LostGpu("", gpu.minor, started, reason)
 
     def tick(self) -> TickResult:
         """One sampling round (see module docstring)."""

@@ -19,7 +19,7 @@ from slurm_gpu.node.exporter import NodeMetrics
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
-from slurm_gpu.slurm.gres import load_gres_conf
+from slurm_gpu.slurm.gres import load_gres_node
 from slurm_gpu.slurm.runner import CommandRunner
 from slurm_gpu.store import Store
 
@@ -45,7 +45,7 @@ def build_agent(config: Config, node: str) -> NodeAgent:
         node_dir=node_dir,
         source=NvmlSource(gpm=config.node.gpm),
         spool=Spool(spool_path(config, node)),
-        gres_files=load_gres_conf(Path(config.node.gres_conf), node),
+        gres=load_gres_node(Path(config.node.gres_conf), node),
         interval=interval,
         period=max(float(config.store.ship_aggregate), interval),
         active_threshold=float(config.node.active_threshold_percent),

@@ -1,81 +1,177 @@
-"""gres.conf: which device files are a node's GPUs, in Slurm's index order.
+"""gres.conf: how one node's GPUs are declared (device files, AutoDetect, flags).
 
-Slurm numbers a node's GPUs by the order of their `File=` entries in gres.conf, and
-SLURM_JOB_GPUS carries those numbers. They are NOT NVML's enumeration order; the device
-file's minor number is what ties a Slurm index to an NVML device
+Slurm numbers a node's GPUs (the numbers in SLURM_JOB_GPUS) by the order of their `File=`
+entries in gres.conf, unless AutoDetect is on: then slurmd sorts them itself
+(`slurm_gpu.slurm.gpu_order`). Neither is NVML's enumeration order; the device file's
+minor number is what ties a Slurm index to an NVML device
 (https://slurm.schedmd.com/gres.conf.html#OPT_File).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurm_gpu.errors import ConfigError, SlurmError
 from slurm_gpu.slurm.hostlist import expand
 
+AUTODETECT_VALUES = ("full", "generic", "nrt", "nvidia", "nvml", "off", "oneapi", "rsmi")
+"""gres.conf AutoDetect= values Slurm knows (gres.conf(5), 22.05 to 26.05)."""
+
 
 @dataclass(frozen=True)
 class GresGpuFile:
-    """One GPU device file from gres.conf, at its Slurm index on the node."""
+    """One GPU device file from gres.conf, at its place among the node's `File=` entries.
+
+    `slurm_index` is the Slurm GPU index when AutoDetect is off; with AutoDetect slurmd
+    re-sorts the GPUs (`slurm_gpu.slurm.gpu_order`).
+    """
 
     slurm_index: int
     path: str
     gpu_type: str
 
 
-def parse_gres_conf(text: str, node: str, source: str = "gres.conf") -> list[GresGpuFile]:
-    """The GPU device files of `node`, in Slurm index order.
+@dataclass(frozen=True)
+class GresNode:
+    """What one node's gres.conf lines say about its GPUs.
 
-    Lines without NodeName apply to every node. Only `Name=gpu` lines with `File=` count;
-    AutoDetect lines and other GRES are ignored.
+    Attributes:
+        node: the node's Slurm name. source: the file, for messages.
+        files: the `Name=gpu File=...` device files, in the order listed.
+        autodetect: the AutoDetect value for this node (a node-specific one trumps the
+            global one), lower case; None when gres.conf sets none (Slurm: off).
+        autodetect_where: "line N" where that value was set ("" when unset).
+        counted: GPUs declared by `Name=gpu` lines without File= (their Count=, 1 when
+            unset, as Slurm reads it); None when no such line names this node.
+        env_uuid: some GPU line of this node has Flags=env_uuid (26.05: UUIDs in
+            CUDA_VISIBLE_DEVICES).
+        mig_lines: line numbers of `MultipleFiles=` (MIG) GPU lines, not mapped yet.
+    """
+
+    node: str
+    source: str = "gres.conf"
+    files: tuple[GresGpuFile, ...] = ()
+    autodetect: str | None = None
+    autodetect_where: str = ""
+    counted: int | None = None
+    env_uuid: bool = False
+    mig_lines: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def listing(cls, node: str, files: list[GresGpuFile]) -> GresNode:
+        """A node declared by File= lines alone (no AutoDetect)."""
+        return cls(node=node, files=tuple(files))
+
+
+def parse_gres_node(text: str, node: str, source: str = "gres.conf") -> GresNode:
+    """What gres.conf `text` says about `node`'s GPUs.
+
+    Lines without NodeName apply to every node. GPU lines are `Name=gpu` lines; other GRES
+    are ignored. A line holding only AutoDetect= (no NodeName) is the global default.
 
     Raises:
-        ConfigError: a line is malformed (names the file and line number).
+        ConfigError: a line is malformed, or an AutoDetect value is unknown or set twice
+            differently for this node (names the file and line number).
     """
     files: list[GresGpuFile] = []
+    global_autodetect: tuple[str, int] | None = None
+    node_autodetect: tuple[str, int] | None = None
+    counted: int | None = None
+    env_uuid = False
+    mig_lines: list[int] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        fields: dict[str, str] = {}
-        for token in line.split():
-            key, sep, value = token.partition("=")
-            if not sep:
-                raise ConfigError([f"{source}: line {number}: expected KEY=VALUE, got {token!r}"])
-            fields[key.lower()] = value
-        if fields.get("name") != "gpu" or "file" not in fields:
-            continue
+        where = f"{source}: line {number}"
+        fields = _fields(line, where)
         try:
-            if "nodename" in fields and node not in expand(fields["nodename"]):
-                continue
-            paths = expand(fields["file"])
+            names_node = "nodename" not in fields or node in expand(fields["nodename"])
         except SlurmError as exc:
-            raise ConfigError([f"{source}: line {number}: {exc}"]) from exc
-        for path in paths:
-            files.append(GresGpuFile(len(files), path, fields.get("type", "")))
-    return files
+            raise ConfigError([f"{where}: {exc}"]) from exc
+        if "autodetect" in fields:
+            value = fields["autodetect"].lower()
+            if value not in AUTODETECT_VALUES:
+                known = ", ".join(AUTODETECT_VALUES)
+                given = fields["autodetect"]
+                raise ConfigError([f"{where}: AutoDetect={given}: not one of {known}"])
+            if "nodename" not in fields:
+                global_autodetect = (value, number)
+            elif names_node:
+                if node_autodetect is not None and node_autodetect[0] != value:
+                    raise ConfigError(
+                        [
+                            f"{where}: AutoDetect={value} for {node}, but line"
+                            f" {node_autodetect[1]} set AutoDetect={node_autodetect[0]}"
+                            " (Slurm requires one value per node)"
+                        ]
+                    )
+                node_autodetect = (value, number)
+        if not names_node or fields.get("name", "").lower() != "gpu":
+            continue
+        env_uuid = env_uuid or "env_uuid" in fields.get("flags", "").lower().split(",")
+        if "multiplefiles" in fields:
+            mig_lines.append(number)
+        elif "file" in fields:
+            try:
+                paths = expand(fields["file"])
+            except SlurmError as exc:
+                raise ConfigError([f"{where}: {exc}"]) from exc
+            for path in paths:
+                files.append(GresGpuFile(len(files), path, fields.get("type", "")))
+        else:
+            counted = (counted or 0) + _count(fields.get("count", "1"), where)
+    chosen = node_autodetect or global_autodetect
+    return GresNode(
+        node=node,
+        source=source,
+        files=tuple(files),
+        autodetect=chosen[0] if chosen else None,
+        autodetect_where=f"line {chosen[1]}" if chosen else "",
+        counted=counted,
+        env_uuid=env_uuid,
+        mig_lines=tuple(mig_lines),
+    )
 
 
-def load_gres_conf(path: Path, node: str) -> list[GresGpuFile]:
-    """parse_gres_conf() on a file; a missing or unreadable file is a ConfigError."""
+def parse_gres_conf(text: str, node: str, source: str = "gres.conf") -> list[GresGpuFile]:
+    """The GPU device files of `node`, in the order gres.conf lists them."""
+    return list(parse_gres_node(text, node, source).files)
+
+
+def load_gres_node(path: Path, node: str) -> GresNode:
+    """parse_gres_node() on a file; a missing or unreadable file is a ConfigError."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError([f"{path}: {exc.strerror or exc}"]) from exc
-    return parse_gres_conf(text, node, str(path))
+    return parse_gres_node(text, node, str(path))
 
 
-def index_to_minor(
-    files: list[GresGpuFile], stat: Callable[[str], os.stat_result] = os.stat
-) -> dict[int, int]:
-    """{Slurm GPU index: device minor number}; files that cannot be stat'ed are left out."""
-    minors: dict[int, int] = {}
-    for entry in files:
-        try:
-            minors[entry.slurm_index] = os.minor(stat(entry.path).st_rdev)
-        except OSError:
-            continue
-    return minors
+def load_gres_conf(path: Path, node: str) -> list[GresGpuFile]:
+    """The GPU device files of `node` in the file at `path` (see load_gres_node)."""
+    return list(load_gres_node(path, node).files)
+
+
+def _fields(line: str, where: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise ConfigError([f"{where}: expected KEY=VALUE, got {token!r}"])
+        fields[key.lower()] = value
+    return fields
+
+
+_SUFFIXES = {"k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4, "p": 1024**5}
+
+
+def _count(text: str, where: str) -> int:
+    """Count= as Slurm reads it: a number with an optional K/M/G/T/P (x1024) suffix."""
+    number, multiplier = text, 1
+    if text[-1:].lower() in _SUFFIXES:
+        number, multiplier = text[:-1], _SUFFIXES[text[-1].lower()]
+    if not number.isascii() or not number.isdigit():
+        raise ConfigError([f"{where}: Count={text}: not a number"])
+    return int(number) * multiplier

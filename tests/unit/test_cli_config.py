@@ -1,6 +1,7 @@
 """The `slurm-gpu` entry point and `slurm-gpu config check`."""
 
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.main import SlurmGpuGroup, cli
 from slurm_gpu.config import CONFIG_ENV_VAR, Config, load_config, parse_settings, render_config
 from slurm_gpu.errors import StoreError
+from slurm_gpu.models import GpuDevice
 from slurm_gpu.testing import FakeRunner
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,12 @@ def slurm_release(monkeypatch: pytest.MonkeyPatch) -> FakeRunner:
     runner = FakeRunner({("scontrol", "--version"): "slurm 24.11.5\n"})
     monkeypatch.setattr(config_cmd, "slurm_runner", lambda _config: runner)
     return runner
+
+
+def no_gres_line(config: Config) -> str:
+    """What `config check` says where [node] gres_conf is not on this machine."""
+    node = socket.gethostname().split(".")[0]
+    return f"# gres.conf: {config.node.gres_conf} is not here: {node}'s GPU numbering not checked\n"
 
 
 def run(args: list[str], tmp_path: Path, env: dict[str, str] | None = None) -> Result:
@@ -99,11 +107,13 @@ def test_check_valid_file_prints_effective_config(
 ) -> None:
     """A valid file: its effective config as TOML on stdout, "config OK: <path>" on stderr.
 
-    The TOML starts with a comment naming the Slurm release the config reaches.
+    The TOML starts with comments naming the Slurm release the config reaches and what
+    was checked of this node's gres.conf.
     """
     path = CONFIGS / "valid.toml"
     result = run(["config", "check", "--config", str(path)], tmp_path)
-    toml = f"# {SLURM_LINE}\n" + render_config(load_config(path, env={}))
+    config = load_config(path, env={})
+    toml = f"# {SLURM_LINE}\n" + no_gres_line(config) + render_config(config)
     expected = (0, toml, f"config OK: {path}\n")
     assert expected == (result.exit_code, result.stdout, result.stderr)
 
@@ -119,7 +129,8 @@ def test_check_output_loads_back_to_same_config(tmp_path: Path) -> None:
 def test_check_without_any_file_uses_defaults(tmp_path: Path, slurm_release: FakeRunner) -> None:
     """No --config, no $SLURM_GPU_CONFIG, no default file: defaults, "config OK: defaults"."""
     result = run(["config", "check"], tmp_path)
-    expected = (0, f"# {SLURM_LINE}\n" + render_config(Config()), "config OK: defaults\n")
+    head = f"# {SLURM_LINE}\n" + no_gres_line(Config())
+    expected = (0, head + render_config(Config()), "config OK: defaults\n")
     assert expected == (result.exit_code, result.stdout, result.stderr)
 
 
@@ -296,3 +307,58 @@ def test_check_warns_when_the_sqlite_store_is_world_readable(open_folder: Path) 
     assert f"chmod 0750 {store_dir}" in warning
     store_dir.chmod(0o750)
     assert [] == config_check_warnings(config)
+
+
+# --- the node's GPU numbering (gres.conf, AutoDetect) -------------------------------------
+
+NVML_GPUS = [  # NVML order: minors 2, 0, 3, 1
+    GpuDevice(f"GPU-minor{m}", "NVIDIA A100-SXM4-80GB", m, n, "", None)
+    for n, m in enumerate((2, 0, 3, 1))
+]
+
+
+def gres_check(tmp_path: Path, gres_conf: str, gpus: list[GpuDevice] | None) -> Result:
+    """`config check --node gpu1` with this gres.conf, where NVML lists `gpus`."""
+    (tmp_path / "gres.conf").write_text(gres_conf)
+    config = tmp_path / "slurm-gpu.toml"
+    config.write_text(f'[node]\ngres_conf = "{tmp_path / "gres.conf"}"\n')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(config_cmd, "nvml_devices", lambda: gpus)
+        runner = FakeRunner({("scontrol", "--version"): "slurm 24.11.5\n"})
+        patch.setattr(config_cmd, "slurm_runner", lambda _c: runner)
+        return run(["config", "check", "--config", str(config), "--node", "gpu1"], tmp_path)
+
+
+def test_check_prints_slurmds_numbering_of_an_autodetect_node(tmp_path: Path) -> None:
+    result = gres_check(tmp_path, "NodeName=gpu1 AutoDetect=nvidia Name=gpu Count=4\n", NVML_GPUS)
+    assert result.exit_code == 0, result.output
+    assert (
+        f"# gres.conf {tmp_path / 'gres.conf'}, node gpu1: AutoDetect=nvidia: device minor order\n"
+        "#   Slurm GPU 0 = /dev/nvidia0 GPU-minor0\n"
+        "#   Slurm GPU 1 = /dev/nvidia1 GPU-minor1\n"
+        "#   Slurm GPU 2 = /dev/nvidia2 GPU-minor2\n"
+        "#   Slurm GPU 3 = /dev/nvidia3 GPU-minor3\n"
+    ) in result.stdout
+    nvml = gres_check(tmp_path, "AutoDetect=nvml\n", NVML_GPUS)
+    assert "#   Slurm GPU 0 = /dev/nvidia2 GPU-minor2\n" in nvml.stdout
+
+
+def test_check_fails_on_a_gres_conf_the_agent_cannot_map(tmp_path: Path) -> None:
+    result = gres_check(tmp_path, "AutoDetect=full\n", NVML_GPUS)
+    assert result.exit_code == 1
+    assert "AutoDetect=full (line 1): this node's NVML order and device minor order differ" in (
+        result.stderr
+    )
+    assert "config OK" not in result.stderr
+
+
+def test_check_without_nvml_checks_gres_conf_alone(tmp_path: Path) -> None:
+    ok = gres_check(tmp_path, "AutoDetect=nvml\n", None)
+    assert ok.exit_code == 0
+    assert "#   NVML is not available here: the GPUs themselves were not checked\n" in ok.stdout
+    amd = gres_check(tmp_path, "NodeName=gpu[1-2] AutoDetect=rsmi\n", None)
+    assert amd.exit_code == 1
+    assert "AutoDetect=rsmi (line 1) does not detect NVIDIA GPUs" in amd.stderr
+    broken = gres_check(tmp_path, "AutoDetect=nvlm\n", None)
+    assert broken.exit_code == 1
+    assert "gres.conf: line 1: AutoDetect=nvlm: not one of" in broken.stderr
