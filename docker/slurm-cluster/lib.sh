@@ -8,6 +8,7 @@
 #   log/      daemon logs          spool/   slurmctld and slurmd spool dirs
 #   mysql/    MariaDB datadir      dev/     nvidia0-3 character devices (major 195)
 #   sim-nvml/<node>/  simulated GPUs   lib/  libnvidia-ml.so.1 (simulated NVML)
+#   sim-nvml/<node>/driver/  the NVIDIA driver's procfs/sysfs entries (release beds' gpu1)
 #   bin/      gpu-load, sim-gpu   jobs/  world-writable working directory for test jobs
 #   node/     slurm-gpu node state (bindings, spool)
 
@@ -100,6 +101,7 @@ render() {
         -e "s|@NODE1_PORT@|$NODE1_PORT|g" -e "s|@NODE2_HOST@|$NODE2_HOST|g" \
         -e "s|@NODE2_ADDR@|$NODE2_ADDR|g" -e "s|@NODE2_PORT@|$NODE2_PORT|g" \
         -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@HOOKS@|$HOOKS|g" \
+        -e "s|@GPU1_GRES@|$(release_gpu1_gres)|g" \
         "$CLUSTER_SRC/templates/$template"
 }
 
@@ -208,6 +210,8 @@ install_sim() {
         gpu_file_list | write_if_changed "$STATE/sim-nvml/$n/slurm-gres-files"
         chmod 644 "$STATE/sim-nvml/$n/slurm-gres-files"
     done
+    # gpu1's driver view for AutoDetect=nvidia (release beds: mounted in its slurmd's namespace).
+    release_sim_driver gpu1
     if [ -n "$HOOKS" ]; then
         # The library first: a running slurmd never starts a new hook without it.
         install -m 644 "$REPO_ROOT/hooks/slurm-gpu-hooks.sh" "$STATE/hooks/slurm-gpu-hooks.sh"
@@ -330,7 +334,7 @@ start_slurmctld() {
 start_slurmd() {
     local node=$1
     is_running "slurmd-$node" && return 0
-    in_root
+    in_root "$node"
     spawn "slurmd-$node" "${IN_ROOT[@]}" /usr/sbin/slurmd -D -f "$SLURM_CONF" -N "$node"
 }
 

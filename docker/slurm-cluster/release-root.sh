@@ -292,17 +292,41 @@ EOF
 
 # The mounts of a daemon's private namespace; then the daemon, chrooted. $0 is the root.
 # shellcheck disable=SC2016 # run by the bash below, with its own arguments.
-# $1 is $STATE, $2 the host paths bound read-only at the same paths (colon-separated).
-RELEASE_ENTER='r=$0 s=$1 binds=$2; shift 2
-mount --rbind /proc "$r/proc" && mount --rbind /sys "$r/sys" && mount --rbind /dev "$r/dev" &&
+# $1 is $STATE, $2 the host paths bound read-only at the same paths (colon-separated);
+# $3 and $4 only for an AutoDetect=nvidia node (else empty): the `sim-gpu procfs` tree and
+# the GPU device files (colon-separated, minor order) that become its /dev/nvidia0...
+RELEASE_ENTER='r=$0 s=$1 binds=$2 drv=$3 devs=$4; shift 4
+mount --rbind /proc "$r/proc" && mount --rbind /sys "$r/sys" &&
 mount -t tmpfs -o mode=755 tmpfs "$r/run" && mkdir -p "$r/run/munge" &&
 mount --bind "$s/munge" "$r/run/munge" && mount --bind "$s" "$r$s" || exit 1
 set -f; IFS=:
 for p in $binds; do mount --bind -o ro "$p" "$r$p" || exit 1; done
 unset IFS; set +f
+if [ -z "$drv" ]; then mount --rbind /dev "$r/dev" || exit 1; else
+  # gpu/nvidia reads /proc/driver/nvidia/gpus/<bus>/information: from the simulated driver.
+  mount -t tmpfs -o mode=755 tmpfs "$r/proc/driver" && mkdir -p "$r/proc/driver/nvidia/gpus" &&
+  mount --bind "$drv/gpus" "$r/proc/driver/nvidia/gpus" || exit 1
+  # ... and /sys/bus/pci/drivers/nvidia/<bus>/local_cpulist (no PCI bus here: a tmpfs /sys/bus).
+  d=$r/sys/bus/pci/drivers; [ -d "$d" ] || d=$r/sys/bus
+  mount -t tmpfs -o mode=755 tmpfs "$d" && mkdir -p "$r/sys/bus/pci/drivers/nvidia" &&
+  mount --bind "$drv/pci-nvidia" "$r/sys/bus/pci/drivers/nvidia" || exit 1
+  # A /dev of its own: its /dev/nvidiaN (for it and its jobs) never appear in the host /dev.
+  mount -t tmpfs -o mode=755,nosuid tmpfs "$r/dev" || exit 1
+  for n in null zero full random urandom tty; do
+    : >"$r/dev/$n" && mount --bind "/dev/$n" "$r/dev/$n" || exit 1
+  done
+  mkdir "$r/dev/pts" "$r/dev/shm" && mount --bind /dev/pts "$r/dev/pts" &&
+  mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$r/dev/shm" && ln -s pts/ptmx "$r/dev/ptmx" &&
+  ln -s /proc/self/fd "$r/dev/fd" && ln -s /proc/self/fd/0 "$r/dev/stdin" &&
+  ln -s /proc/self/fd/1 "$r/dev/stdout" && ln -s /proc/self/fd/2 "$r/dev/stderr" || exit 1
+  i=0; set -f; IFS=:
+  for f in $devs; do : >"$r/dev/nvidia$i" && mount --bind "$f" "$r/dev/nvidia$i" || exit 1; i=$((i + 1)); done
+  unset IFS; set +f
+fi
 exec chroot "$r" "$@"'
 
-# in_root CMD...: the words that run CMD as a daemon of this release (nothing for 22.05).
+# in_root [NODE]: IN_ROOT, the words that run a command as a daemon of this release
+# (nothing for 22.05); NODE gpu1 (AutoDetect=nvidia there) also gets the simulated driver.
 # Usage: spawn NAME $(in_root) CMD... is not safe for spaces, so callers use the array:
 #   in_root; spawn NAME "${IN_ROOT[@]}" CMD...
 # shellcheck disable=SC2034 # IN_ROOT is read by lib.sh, which sources this file.
@@ -310,5 +334,29 @@ in_root() {
     IN_ROOT=()
     [ -n "$RELEASE_SUITE" ] || return 0
     [ -n "${RELEASE_BINDS+set}" ] || release_binds
-    IN_ROOT=(unshare -m --propagation private bash -c "$RELEASE_ENTER" "$RELEASE_ROOT" "$STATE" "${RELEASE_BINDS:-}")
+    local drv="" devs=""
+    if [ "${1:-}" = gpu1 ]; then
+        drv="$STATE/sim-nvml/gpu1/driver"
+        # The same files as the host-path gres.conf lines, in minor order (install_sim).
+        devs=$(paste -sd: "$STATE/sim-nvml/gpu1/slurm-gres-files")
+    fi
+    IN_ROOT=(unshare -m --propagation private bash -c "$RELEASE_ENTER" "$RELEASE_ROOT" "$STATE"
+        "${RELEASE_BINDS:-}" "$drv" "$devs")
+}
+
+# release_gpu1_gres: gpu1's gres.conf line. The release beds autodetect it (gpu/nvidia,
+# 24.11+; 26.05's env_uuid puts UUIDs in CUDA_VISIBLE_DEVICES); 22.05 has no such plugin.
+release_gpu1_gres() {
+    case "$SLURM_RELEASE" in
+        24.11) echo "NodeName=gpu1 AutoDetect=nvidia Name=gpu Type=a100 Count=4" ;;
+        26.05) echo "NodeName=gpu1 AutoDetect=nvidia Name=gpu Type=a100 Count=4 Flags=env_uuid" ;;
+        *) echo "NodeName=gpu1 Name=gpu Type=a100 File=$GPU_FILES" ;;
+    esac
+}
+
+# release_sim_driver NODE: the node's `sim-gpu procfs` tree (release beds: what in_root
+# mounts as the driver's /proc and /sys entries). Every `up`, after `sim-gpu create`.
+release_sim_driver() {
+    [ -n "$RELEASE_SUITE" ] || return 0
+    "$STATE/bin/sim-gpu" procfs --dir "$STATE/sim-nvml/$1" --out "$STATE/sim-nvml/$1/driver" >/dev/null
 }
