@@ -19,6 +19,13 @@
 # the job directory and the logs are where the host sees them. The root shares the host's
 # pid namespace: daemons are stopped by pid only (lib.sh's stop_all).
 #
+# AutoDetect: gpu1's gres.conf line here is `AutoDetect=nvidia` (no File=; 26.05 adds
+# Flags=env_uuid), so slurmd's gpu/nvidia plugin reads the driver's procfs and sysfs.
+# slurmd-gpu1's namespace (alone; its jobs inherit it) gets `sim-gpu procfs`'s tree as
+# /proc/driver/nvidia/gpus and /sys/bus/pci/drivers/nvidia, and a tmpfs /dev of its own
+# with the usual nodes and nvidia0-3 bound from $STATE/dev (the host's /dev is untouched).
+# gpu2 keeps File= lines, as does every node on 22.05 (Debian's build has no gpu/nvidia).
+#
 # Munge: each release bed runs its own munged (the host's binary) on its own socket and
 # key, $STATE/munge/munge.socket.2, started by `up` and stopped by its `down`, so a bed
 # never depends on another bed's munged (or on one serving the host's /run/munge). Every
