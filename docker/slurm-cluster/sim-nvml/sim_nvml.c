@@ -11,6 +11,13 @@
  * github.com/NVIDIA/go-nvml pkg/nvml/nvml.h), https://docs.nvidia.com/deploy/nvml-api/
  * group__nvmlGpmFunctions.html, and the ctypes layouts of nvidia-ml-py 13.615.71
  * (pynvml.py: c_nvmlGpmMetricsGet_t, c_nvmlGpmSupport_t, NVML_GPM_METRIC_MAX = 477).
+ * MIG and per-process utilization (issue #14): the NVML reference's nvmlDeviceQueries / MIG
+ * groups (R550+ docs: "On MIG-enabled GPUs, querying process utilization is not currently
+ * supported"; nvmlDeviceGetProcessUtilization returns NOT_FOUND when no sample is newer than
+ * lastSeenTimeStamp), struct layouts from nvidia-ml-py 13.615.71 (c_nvmlProcessUtilizationSample_t,
+ * c_nvmlProcessesUtilizationInfo_v1_t, ProcessesUtilizationInfo_v1 = 0x01000018), MIG profile
+ * memory from `nvidia-smi mig -lgip` outputs quoted in NVIDIA/mig-parted #120 (H200) and #166
+ * (B200); the per-process regression of R580 from Project-HAMi/HAMi-core #218 / HAMi #2015.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -124,6 +131,30 @@ typedef struct { /* nvmlPciInfo_t, used by _v3 */
     char busId[32];
 } nvmlPciInfo_t;
 
+typedef struct { /* nvmlProcessUtilizationSample_t */
+    unsigned int pid;
+    unsigned long long timeStamp; /* CPU timestamp, us */
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} nvmlProcessUtilizationSample_t;
+
+typedef struct { /* nvmlProcessUtilizationInfo_v1_t */
+    unsigned long long timeStamp;
+    unsigned int pid;
+    unsigned int smUtil, memUtil, encUtil, decUtil, jpgUtil, ofaUtil;
+} nvmlProcessUtilizationInfo_v1_t;
+
+typedef struct { /* nvmlProcessesUtilizationInfo_v1_t */
+    unsigned int version;             /* IN: nvmlProcessesUtilizationInfo_v1 */
+    unsigned int processSamplesCount; /* IN: array size; OUT: processes */
+    unsigned long long lastSeenTimeStamp;
+    nvmlProcessUtilizationInfo_v1_t *procUtilArray;
+} nvmlProcessesUtilizationInfo_v1_t;
+#define nvmlProcessesUtilizationInfo_v1 NVML_STRUCT_VERSION(sizeof(nvmlProcessesUtilizationInfo_v1_t), 1)
+
+_Static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32, "nvmlProcessUtilizationSample_t layout");
+_Static_assert(sizeof(nvmlProcessUtilizationInfo_v1_t) == 40, "nvmlProcessUtilizationInfo_v1_t layout");
+_Static_assert(sizeof(nvmlProcessesUtilizationInfo_v1_t) == 24, "nvmlProcessesUtilizationInfo_v1_t layout");
+_Static_assert(nvmlProcessesUtilizationInfo_v1 == 0x01000018, "pynvml ProcessesUtilizationInfo_v1");
 _Static_assert(sizeof(nvmlMemory_v2_t) == 40, "nvmlMemory_v2_t layout");
 _Static_assert(sizeof(nvmlSample_t) == 16, "nvmlSample_t layout");
 _Static_assert(sizeof(nvmlProcessInfo_v1_t) == 16, "nvmlProcessInfo_v1_t layout");
@@ -189,6 +220,8 @@ enum {
 #define NVML_VALUE_TYPE_UNSIGNED_INT 1
 #define NVML_TEMPERATURE_GPU 0
 #define NVML_DEVICE_MIG_DISABLE 0
+#define NVML_DEVICE_MIG_ENABLE 1
+#define MIG_SLICES 7 /* compute slices of a MIG-capable GPU: a 7g instance is the whole GPU */
 #define NO_INSTANCE 0xFFFFFFFFU
 
 /* ---- simulator state ------------------------------------------------------------ */
@@ -198,9 +231,8 @@ enum {
 #define HISTORY_KEEP_S 300.0 /* ended plans younger than this are never compacted */
 #define COMPACT_AFTER 32     /* compact once this many old ended plans pile up */
 #define RESERVED_BYTES (256ULL << 20)
-#define DRIVER_VERSION "535.183.01"
-#define NVML_VERSION "12.535.183.01"
-#define CUDA_VERSION 12020
+#define DRIVER_VERSION "535.183.01" /* default; <node dir>/driver-version overrides it */
+#define MAX_MIG 7
 
 struct sim_gpu {
     unsigned int index; /* NVML enumeration index */
@@ -217,6 +249,15 @@ struct sim_gpu {
     int gpm_supported;      /* Hopper or newer: info key gpm_supported, else derived from the model */
     unsigned int gpm_streaming; /* nvmlGpmSetStreamingEnabled state (this process only) */
     char dir[3072]; /* <SIM_NVML_DIR>/gpus/<uuid>; shorter than PATH_LEN to leave room for names */
+    /* MIG: a whole GPU may hold instances; an instance is a handle of its own */
+    int mig_capable;           /* A100/A30/Hopper/Blackwell data-center parts */
+    int mig_mode;              /* <gpu>/mig mode=1 on a capable GPU */
+    unsigned int mig_count;
+    struct sim_gpu *mig[MAX_MIG];
+    int is_mig;                /* this handle is a MIG device */
+    struct sim_gpu *parent;
+    unsigned int gi, ci, slices;
+    char profile[32];
 };
 
 enum pattern { PAT_STEADY, PAT_IDLE, PAT_SPIKY, PAT_RAMP, PAT_MEMORY_ONLY };
@@ -267,6 +308,10 @@ static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_refcount;
 static struct sim_gpu g_gpus[MAX_GPUS];
 static unsigned int g_count;
+static struct sim_gpu g_migs[MAX_GPUS * MAX_MIG];
+static unsigned int g_mig_total;
+static char g_driver[32] = DRIVER_VERSION;
+static int g_driver_major = 535;
 
 /* fault kinds, read per call so they can be injected while a reader runs */
 enum field {
@@ -280,6 +325,9 @@ enum field {
     F_PROCESSES = 1 << 7,
     F_GPM = 1 << 8,
     F_NONE = 0,
+    /* not faults: what a call accepts */
+    F_MIG_OK = 1 << 29,       /* the call also answers on a MIG device handle */
+    F_NOT_MIG_PARENT = 1 << 30, /* NOT_SUPPORTED on a GPU in MIG mode (utilization calls) */
 };
 
 static double now_s(void) {
@@ -352,6 +400,59 @@ static int model_has_gpm(const char *name, unsigned int pci_device_id) {
     return (dev >= 0x2300 && dev < 0x2400) || (dev >= 0x2900 && dev < 0x2C00);
 }
 
+/*
+ * MIG is an Ampere data-center (A100, A30) or newer data-center feature (Hopper, Blackwell: H100,
+ * H200, H800, H20, GH200, B100, B200, B300, GB200, GB300); L40, V100 and others answer
+ * NOT_SUPPORTED to MIG calls (NVIDIA MIG user guide, "Supported GPUs").
+ */
+static int model_has_mig(const char *name) {
+    static const char *const names[] = {"A100", "A30", "H100", "H200", "H800", "H20", "GH200",
+                                        "B100", "B200", "B300", "GB200", "GB300"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strstr(name, names[i])) return 1;
+    return 0;
+}
+
+/*
+ * <gpu>/mig (written by `sim-gpu mig`): "mode=1" and one line per MIG device,
+ * "instance=GI CI PROFILE SLICES MEMORY_MIB MIG-UUID", in MIG device index order. Each
+ * instance keeps its plans and compacted history in <gpu>/gi<GI>/ as a GPU does in <gpu>/.
+ */
+static void load_mig(struct sim_gpu *g) {
+    char path[PATH_LEN], text[4096], v[16];
+    g->mig_capable = model_has_mig(g->name);
+    g->mig_mode = 0;
+    g->mig_count = 0;
+    snprintf(path, sizeof path, "%s/mig", g->dir);
+    if (!g->mig_capable || read_small(path, text, sizeof text) < 0) return;
+    g->mig_mode = kv_get(text, "mode", v, sizeof v) && strcmp(v, "1") == 0;
+    if (!g->mig_mode) return;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "instance=", 9) != 0 || g->mig_count >= MAX_MIG || g_mig_total >= MAX_GPUS * MAX_MIG)
+            continue;
+        struct sim_gpu *m = &g_migs[g_mig_total];
+        memset(m, 0, sizeof *m);
+        unsigned long long mib = 0;
+        if (sscanf(line + 9, "%u %u %31s %u %llu %95s", &m->gi, &m->ci, m->profile, &m->slices, &mib, m->uuid) != 6)
+            continue;
+        m->is_mig = 1;
+        m->parent = g;
+        m->index = g->mig_count;
+        m->minor = g->minor;
+        m->memory_total = mib << 20;
+        m->created = g->created;
+        m->power_idle_mw = g->power_idle_mw;
+        m->power_max_mw = g->power_max_mw;
+        char profile[32];
+        memcpy(profile, m->profile, sizeof profile);
+        snprintf(m->name, sizeof m->name, "%.59s MIG %.30s", g->name, profile);
+        snprintf(m->dir, sizeof m->dir, "%.3000s/gi%u", g->dir, m->gi);
+        g->mig[g->mig_count++] = m;
+        g_mig_total++;
+    }
+}
+
 static int load_gpu(const char *root, const char *uuid, struct sim_gpu *g) {
     char path[PATH_LEN], text[4096], v[256];
     snprintf(g->dir, sizeof g->dir, "%s/gpus/%s", root, uuid);
@@ -375,6 +476,7 @@ static int load_gpu(const char *root, const char *uuid, struct sim_gpu *g) {
         g->gpm_supported = strcmp(v, "1") == 0 || strcasecmp(v, "yes") == 0 || strcasecmp(v, "true") == 0;
     else
         g->gpm_supported = model_has_gpm(g->name, g->pci_device_id);
+    load_mig(g);
     return 1;
 }
 
@@ -391,6 +493,15 @@ static nvmlReturn_t load_all(void) {
         if (strcmp(text, "lib-rm-version-mismatch") == 0) return NVML_ERROR_LIB_RM_VERSION_MISMATCH;
     }
     g_count = 0;
+    g_mig_total = 0;
+    /* the driver the node runs (decides which process-utilization call works, see below) */
+    snprintf(g_driver, sizeof g_driver, "%s", DRIVER_VERSION);
+    snprintf(path, sizeof path, "%s/driver-version", root);
+    if (read_small(path, text, sizeof text) > 0) {
+        strip(text);
+        if (text[0] >= '0' && text[0] <= '9') snprintf(g_driver, sizeof g_driver, "%.31s", text);
+    }
+    g_driver_major = atoi(g_driver);
     snprintf(path, sizeof path, "%s/order", root);
     if (read_small(path, text, sizeof text) < 0) return NVML_SUCCESS; /* a node without GPUs */
     char *save = NULL;
@@ -427,12 +538,23 @@ static int read_fault(const struct sim_gpu *g, unsigned int *unsupported) {
 }
 
 /* Common entry check for per-device calls: initialised, valid handle, not lost, field supported. */
+static int valid_handle(nvmlDevice_t d) {
+    return (d >= g_gpus && d < g_gpus + g_count) || (d >= g_migs && d < g_migs + g_mig_total);
+}
+
+/*
+ * A MIG device shares its GPU's faults. Calls not marked F_MIG_OK answer NOT_SUPPORTED on a
+ * MIG handle (power, energy, temperature, ECC, PCI, samples, utilization, GPM: NVML serves
+ * those per GPU, and not at all for utilization in MIG mode).
+ */
 static nvmlReturn_t check_device(nvmlDevice_t d, unsigned int field) {
     if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
-    if (d < g_gpus || d >= g_gpus + g_count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!valid_handle(d)) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned int unsupported;
-    if (read_fault(d, &unsupported)) return NVML_ERROR_GPU_IS_LOST;
-    if (unsupported & field) return NVML_ERROR_NOT_SUPPORTED;
+    if (read_fault(d->is_mig ? d->parent : d, &unsupported)) return NVML_ERROR_GPU_IS_LOST;
+    if (unsupported & field & ~(unsigned int)(F_MIG_OK | F_NOT_MIG_PARENT)) return NVML_ERROR_NOT_SUPPORTED;
+    if (d->is_mig && !(field & F_MIG_OK)) return NVML_ERROR_NOT_SUPPORTED;
+    if (!d->is_mig && d->mig_mode && (field & F_NOT_MIG_PARENT)) return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
 }
 #define CHECK(d, field)                                        \
@@ -740,6 +862,56 @@ static unsigned long long used_memory(const struct plans *ps) {
     return used;
 }
 
+/* ---- a whole GPU = its own plans + its MIG instances' -------------------------------- */
+/*
+ * A MIG instance of S slices is S/7 of the GPU's compute: on the whole GPU its percent
+ * channels count S/7 of their value (a 3g instance at 100% SM keeps 3/7 of the SMs busy); its
+ * rates (MiB/s) count in full. Each source integrates from its own compacted base.
+ */
+static double mig_weight(const struct sim_gpu *m, int c) {
+    return CH_PERCENT[c] ? (double)m->slices / MIG_SLICES : 1.0;
+}
+
+/* Integral of channel c of d's own plans from `created` to now (compacted history included). */
+static double own_cum(const struct sim_gpu *d, int c, double now) {
+    struct plans ps;
+    load_plans(d, &ps, now);
+    double from = fmax(ps.base_until, d->created);
+    double v = ps.base_integral[c] + channel_integral(&ps, c, from, now);
+    free_plans(&ps);
+    return v;
+}
+
+static double whole_cum(const struct sim_gpu *d, int c, double now) {
+    double v = own_cum(d, c, now);
+    for (unsigned int i = 0; i < d->mig_count; i++) v += mig_weight(d->mig[i], c) * own_cum(d->mig[i], c, now);
+    return v;
+}
+
+/* Utilization of the whole GPU at this instant (power, temperature). */
+static double whole_instant(const struct sim_gpu *d, double now) {
+    struct plans ps;
+    load_plans(d, &ps, now);
+    double u = util_instant(&ps, now);
+    free_plans(&ps);
+    for (unsigned int i = 0; i < d->mig_count; i++) {
+        load_plans(d->mig[i], &ps, now);
+        u += mig_weight(d->mig[i], CH_UTIL) * util_instant(&ps, now);
+        free_plans(&ps);
+    }
+    return fmin(100.0, u);
+}
+
+/* Memory of the live processes of d (a MIG device: of that instance; a GPU: all of them). */
+static unsigned long long whole_used(const struct sim_gpu *d, double now) {
+    struct plans ps;
+    load_plans(d, &ps, now);
+    unsigned long long used = used_memory(&ps);
+    free_plans(&ps);
+    for (unsigned int i = 0; i < d->mig_count; i++) used += whole_used(d->mig[i], now);
+    return used;
+}
+
 /* ---- init / system --------------------------------------------------------------- */
 
 static nvmlReturn_t do_init(void) {
@@ -797,16 +969,19 @@ static nvmlReturn_t copy_str(char *buf, unsigned int length, const char *value) 
 
 API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
     if (g_refcount <= 0) return NVML_ERROR_UNINITIALIZED;
-    return copy_str(version, length, DRIVER_VERSION);
+    return copy_str(version, length, g_driver);
 }
 
 API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length) {
-    return copy_str(version, length, NVML_VERSION);
+    char v[48]; /* "12.535.183.01"; R580 ships NVML 13 */
+    snprintf(v, sizeof v, "%d.%s", g_driver_major >= 580 ? 13 : 12, g_driver);
+    return copy_str(version, length, v);
 }
 
 API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion) {
     if (!cudaDriverVersion) return NVML_ERROR_INVALID_ARGUMENT;
-    *cudaDriverVersion = CUDA_VERSION;
+    /* the CUDA version each driver branch reports (535: 12.2, 550: 12.4, 570: 12.8, 580: 13.0) */
+    *cudaDriverVersion = g_driver_major >= 580 ? 13000 : g_driver_major >= 570 ? 12080 : g_driver_major >= 550 ? 12040 : 12020;
     return NVML_SUCCESS;
 }
 
@@ -842,6 +1017,11 @@ API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *devic
             *device = &g_gpus[i];
             return NVML_SUCCESS;
         }
+    for (unsigned int i = 0; i < g_mig_total; i++) /* a MIG device's UUID gives its MIG handle */
+        if (strcasecmp(g_migs[i].uuid, uuid) == 0) {
+            *device = &g_migs[i];
+            return NVML_SUCCESS;
+        }
     return NVML_ERROR_NOT_FOUND;
 }
 
@@ -869,12 +1049,12 @@ API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_
 /* ---- device identity ---------------------------------------------------------------- */
 
 API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length) {
-    CHECK(device, F_NONE);
+    CHECK(device, F_MIG_OK); /* a MIG device: "<GPU name> MIG 3g.40gb" */
     return copy_str(name, length, device->name);
 }
 
 API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length) {
-    CHECK(device, F_NONE);
+    CHECK(device, F_MIG_OK);
     return copy_str(uuid, length, device->uuid);
 }
 
@@ -940,28 +1120,85 @@ API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_v1_t *pci
     return NVML_SUCCESS;
 }
 
+/* ---- MIG ------------------------------------------------------------------------------ */
+/*
+ * Layouts come from <gpu>/mig (read at nvmlInit, like the GPU list); the pending mode is the
+ * current one (no reset is ever pending). On a GPU without MIG every call below answers
+ * NVML_ERROR_NOT_SUPPORTED (nvml.h: "if device doesn't support this feature").
+ */
 API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode) {
     CHECK(device, F_NONE);
     if (!currentMode || !pendingMode) return NVML_ERROR_INVALID_ARGUMENT;
-    *currentMode = NVML_DEVICE_MIG_DISABLE;
-    *pendingMode = NVML_DEVICE_MIG_DISABLE;
+    if (!device->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    *currentMode = device->mig_mode ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE;
+    *pendingMode = *currentMode;
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: "Returns zero if MIG is not supported or enabled"; 7 on a GPU in MIG mode. */
+API nvmlReturn_t nvmlDeviceGetMaxMigDeviceCount(nvmlDevice_t device, unsigned int *count) {
+    CHECK(device, F_NONE);
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    *count = device->mig_mode ? MAX_MIG : 0;
+    return NVML_SUCCESS;
+}
+
+/* nvml.h: INVALID_ARGUMENT for an index beyond the maximum, NOT_FOUND if no MIG device there. */
+API nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device, unsigned int index, nvmlDevice_t *migDevice) {
+    CHECK(device, F_NONE);
+    if (!migDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->mig_capable) return NVML_ERROR_NOT_SUPPORTED;
+    if (index >= (device->mig_mode ? MAX_MIG : 0U)) return NVML_ERROR_INVALID_ARGUMENT;
+    if (index >= device->mig_count) return NVML_ERROR_NOT_FOUND;
+    *migDevice = device->mig[index];
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int *isMigDevice) {
+    CHECK(device, F_MIG_OK);
+    if (!isMigDevice) return NVML_ERROR_INVALID_ARGUMENT;
+    *isMigDevice = device->is_mig ? 1U : 0U;
+    return NVML_SUCCESS;
+}
+
+/* Instance ids exist on MIG devices only; a GPU handle answers NOT_SUPPORTED (not verified). */
+API nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id) {
+    CHECK(device, F_MIG_OK);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = device->gi;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsigned int *id) {
+    CHECK(device, F_MIG_OK);
+    if (!id) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!device->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *id = device->ci;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice, nvmlDevice_t *device) {
+    CHECK(migDevice, F_MIG_OK);
+    if (!device) return NVML_ERROR_INVALID_ARGUMENT;
+    if (!migDevice->is_mig) return NVML_ERROR_NOT_SUPPORTED;
+    *device = migDevice->parent;
     return NVML_SUCCESS;
 }
 
 /* ---- memory --------------------------------------------------------------------------- */
 
+/* A MIG device's memory is its profile's (nothing reserved in it); a GPU's includes its instances'. */
 static void memory_numbers(nvmlDevice_t d, unsigned long long *used, unsigned long long *reserved) {
-    struct plans ps;
-    load_plans(d, &ps, now_s());
     unsigned long long total = d->memory_total;
-    *reserved = RESERVED_BYTES < total ? RESERVED_BYTES : total;
-    *used = used_memory(&ps);
+    *reserved = d->is_mig ? 0 : RESERVED_BYTES < total ? RESERVED_BYTES : total;
+    *used = whole_used(d, now_s());
     if (*used > total - *reserved) *used = total - *reserved;
-    free_plans(&ps);
 }
 
 API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
-    CHECK(device, F_MEMORY);
+    CHECK(device, F_MEMORY | F_MIG_OK);
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long used, reserved;
     memory_numbers(device, &used, &reserved);
@@ -972,7 +1209,7 @@ API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memo
 }
 
 API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory) {
-    CHECK(device, F_MEMORY);
+    CHECK(device, F_MEMORY | F_MIG_OK);
     if (!memory) return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     unsigned long long used, reserved;
@@ -992,7 +1229,7 @@ static unsigned int round_pct(double v) {
 }
 
 API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization) {
-    CHECK(device, F_UTILIZATION);
+    CHECK(device, F_UTILIZATION | F_NOT_MIG_PARENT); /* MIG mode: NOT_SUPPORTED (nvidia-smi: N/A) */
     if (!utilization) return NVML_ERROR_INVALID_ARGUMENT;
     struct plans ps;
     double now = now_s();
@@ -1006,7 +1243,7 @@ API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilizat
 
 API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned long long lastSeenTimeStamp,
                                       int *sampleValType, unsigned int *sampleCount, nvmlSample_t *samples) {
-    CHECK(device, F_SAMPLES);
+    CHECK(device, F_SAMPLES | F_NOT_MIG_PARENT);
     if (!sampleValType || !sampleCount) return NVML_ERROR_INVALID_ARGUMENT;
     if (type != NVML_GPU_UTILIZATION_SAMPLES) return NVML_ERROR_NOT_SUPPORTED;
     double now = now_s();
@@ -1045,11 +1282,7 @@ API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, int type, unsigned lo
 API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power) {
     CHECK(device, F_POWER);
     if (!power) return NVML_ERROR_INVALID_ARGUMENT;
-    struct plans ps;
-    double now = now_s();
-    load_plans(device, &ps, now);
-    double u = util_instant(&ps, now);
-    free_plans(&ps);
+    double u = whole_instant(device, now_s());
     *power = device->power_idle_mw + (unsigned int)llround((device->power_max_mw - device->power_idle_mw) * u / 100.0);
     return NVML_SUCCESS;
 }
@@ -1064,12 +1297,8 @@ API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned i
 API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long *energy) {
     CHECK(device, F_ENERGY);
     if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
-    struct plans ps;
     double now = now_s();
-    load_plans(device, &ps, now);
-    double from = fmax(ps.base_until, device->created);
-    double util_ps = ps.base_integral[CH_UTIL] + util_integral(&ps, from, now); /* percent-seconds */
-    free_plans(&ps);
+    double util_ps = whole_cum(device, CH_UTIL, now); /* percent-seconds */
     double mj = device->power_idle_mw * fmax(0.0, now - device->created) +
                 (device->power_max_mw - device->power_idle_mw) * util_ps / 100.0;
     *energy = (unsigned long long)llround(mj);
@@ -1079,11 +1308,7 @@ API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsign
 API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, unsigned int *temp) {
     CHECK(device, F_TEMPERATURE);
     if (!temp || sensorType != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
-    struct plans ps;
-    double now = now_s();
-    load_plans(device, &ps, now);
-    double u = util_instant(&ps, now);
-    free_plans(&ps);
+    double u = whole_instant(device, now_s());
     *temp = (unsigned int)lround(30.0 + 0.4 * u);
     return NVML_SUCCESS;
 }
@@ -1103,14 +1328,25 @@ API nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, int errorType,
 
 /* ---- processes ------------------------------------------------------------------------ */
 
-/* NVML's two-call protocol: *infoCount in = capacity, out = processes (needed or written). */
+/*
+ * NVML's two-call protocol: *infoCount in = capacity, out = processes (needed or written).
+ * A GPU lists its own processes (no instance: 0xFFFFFFFF) and then those of each MIG
+ * instance with its gpuInstanceId/computeInstanceId; a MIG device lists its instance's.
+ */
 static nvmlReturn_t list_processes(nvmlDevice_t device, unsigned int *infoCount, void *infos, size_t stride,
                                    int with_instances) {
     if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
-    struct plans ps;
-    load_plans(device, &ps, now_s());
+    const struct sim_gpu *src[1 + MAX_MIG];
+    unsigned int nsrc = 0;
+    src[nsrc++] = device;
+    for (unsigned int i = 0; i < device->mig_count; i++) src[nsrc++] = device->mig[i];
+    struct plans ps[1 + MAX_MIG];
+    double now = now_s();
     unsigned int n = 0;
-    for (size_t i = 0; i < ps.n; i++) n += ps.v[i].live ? 1U : 0U;
+    for (unsigned int s = 0; s < nsrc; s++) {
+        load_plans(src[s], &ps[s], now);
+        for (size_t i = 0; i < ps[s].n; i++) n += ps[s].v[i].live ? 1U : 0U;
+    }
     nvmlReturn_t rc = NVML_SUCCESS;
     if (*infoCount < n) {
         rc = NVML_ERROR_INSUFFICIENT_SIZE;
@@ -1118,48 +1354,170 @@ static nvmlReturn_t list_processes(nvmlDevice_t device, unsigned int *infoCount,
         rc = NVML_ERROR_INVALID_ARGUMENT;
     } else {
         unsigned int k = 0;
-        for (size_t i = 0; i < ps.n; i++) {
-            if (!ps.v[i].live) continue;
-            char *slot = (char *)infos + stride * k++;
-            if (with_instances) {
-                nvmlProcessInfo_v2_t info = {ps.v[i].pid, ps.v[i].mem_bytes, NO_INSTANCE, NO_INSTANCE};
-                memcpy(slot, &info, sizeof info);
-            } else {
-                nvmlProcessInfo_v1_t info = {ps.v[i].pid, ps.v[i].mem_bytes};
-                memcpy(slot, &info, sizeof info);
+        for (unsigned int s = 0; s < nsrc; s++) {
+            unsigned int gi = src[s]->is_mig ? src[s]->gi : NO_INSTANCE;
+            unsigned int ci = src[s]->is_mig ? src[s]->ci : NO_INSTANCE;
+            for (size_t i = 0; i < ps[s].n; i++) {
+                const struct plan *p = &ps[s].v[i];
+                if (!p->live) continue;
+                char *slot = (char *)infos + stride * k++;
+                if (with_instances) {
+                    nvmlProcessInfo_v2_t info = {p->pid, p->mem_bytes, gi, ci};
+                    memcpy(slot, &info, sizeof info);
+                } else {
+                    nvmlProcessInfo_v1_t info = {p->pid, p->mem_bytes};
+                    memcpy(slot, &info, sizeof info);
+                }
             }
         }
     }
+    for (unsigned int s = 0; s < nsrc; s++) free_plans(&ps[s]);
     *infoCount = n;
-    free_plans(&ps);
     return rc;
 }
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                          nvmlProcessInfo_t *infos) {
-    CHECK(device, F_PROCESSES);
+    CHECK(device, F_PROCESSES | F_MIG_OK);
     return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_t), 1);
 }
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                          nvmlProcessInfo_v2_t *infos) {
-    CHECK(device, F_PROCESSES);
+    CHECK(device, F_PROCESSES | F_MIG_OK);
     return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_v2_t), 1);
 }
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                       nvmlProcessInfo_v1_t *infos) {
-    CHECK(device, F_PROCESSES);
+    CHECK(device, F_PROCESSES | F_MIG_OK);
     return list_processes(device, infoCount, infos, sizeof(nvmlProcessInfo_v1_t), 0);
 }
 
 /* The simulated GPUs run no graphics contexts. */
 API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                           nvmlProcessInfo_t *infos) {
-    CHECK(device, F_PROCESSES);
+    CHECK(device, F_PROCESSES | F_MIG_OK);
     (void)infos;
     if (!infoCount) return NVML_ERROR_INVALID_ARGUMENT;
     *infoCount = 0;
+    return NVML_SUCCESS;
+}
+
+/* ---- per-process utilization (shared GPUs: gres/shard, MPS, time slicing) ------------ */
+/*
+ * One sample per live process per whole second T (timestamp T * 10^6 us): smUtil = the mean of
+ * that process' own utilization over (T-1, T] (the GPU's is their sum, capped at 100), memUtil
+ * = smUtil / 2 (as the GPU's memory utilization is half its utilization), enc/dec/jpg/ofa 0.
+ * Only the newest second is returned, and only if T * 10^6 > lastSeenTimeStamp, else
+ * NVML_ERROR_NOT_FOUND (nvml.h: "If no valid sample entries are found since the
+ * lastSeenTimeStamp, NVML_ERROR_NOT_FOUND is returned"); a process that started within the
+ * second has no sample yet. Size query: a NULL array (or too small a count) returns
+ * NVML_ERROR_INSUFFICIENT_SIZE with the count needed, as pynvml's callers expect. MIG: NOT_SUPPORTED
+ * on a MIG device and on a GPU in MIG mode (nvml.h: "On MIG-enabled GPUs, querying process
+ * utilization is not currently supported").
+ *
+ * Driver version (<node dir>/driver-version, default 535.183.01):
+ *   < 550: nvmlDeviceGetProcessesUtilizationInfo answers NVML_ERROR_FUNCTION_NOT_FOUND (the call
+ *          came with R550; pynvml raises NVMLError_FunctionNotFound as for a missing symbol).
+ *   >= 580: nvmlDeviceGetProcessUtilization still lists the processes but with smUtil = memUtil
+ *          = 0, while the new call has the values: what Project-HAMi/HAMi-core #218 (HAMi
+ *          #2015) reports on 580.159.03 (seen on Blackwell; the simulator applies it by driver
+ *          version, on every model; not verified which of the two decides on hardware).
+ */
+struct proc_sample {
+    unsigned int pid, sm, mem;
+};
+
+static nvmlReturn_t process_samples(nvmlDevice_t device, unsigned long long lastSeen, struct proc_sample **out,
+                                    unsigned int *count, unsigned long long *stamp) {
+    *out = NULL;
+    *count = 0;
+    double now = now_s();
+    long long t = (long long)floor(now);
+    *stamp = (unsigned long long)t * 1000000ULL;
+    if (*stamp <= lastSeen || (double)t <= device->created) return NVML_ERROR_NOT_FOUND;
+    struct plans ps;
+    load_plans(device, &ps, now);
+    struct proc_sample *v = calloc(ps.n ? ps.n : 1, sizeof *v);
+    if (!v) {
+        free_plans(&ps);
+        return NVML_ERROR_MEMORY;
+    }
+    unsigned int n = 0;
+    for (size_t i = 0; i < ps.n; i++) {
+        const struct plan *p = &ps.v[i];
+        if (!p->live || p->start > (double)t - 1.0) continue;
+        struct plans one = {.v = (struct plan *)p, .n = 1};
+        double u = channel_integral(&one, CH_UTIL, (double)t - 1.0, (double)t);
+        v[n].pid = p->pid;
+        v[n].sm = round_pct(u);
+        v[n].mem = round_pct(u / 2.0);
+        n++;
+    }
+    free_plans(&ps);
+    if (n == 0) {
+        free(v);
+        return NVML_ERROR_NOT_FOUND;
+    }
+    *out = v;
+    *count = n;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization,
+                                                 unsigned int *processSamplesCount,
+                                                 unsigned long long lastSeenTimeStamp) {
+    CHECK(device, F_UTILIZATION | F_NOT_MIG_PARENT);
+    if (!processSamplesCount) return NVML_ERROR_INVALID_ARGUMENT;
+    struct proc_sample *v;
+    unsigned int n;
+    unsigned long long stamp;
+    nvmlReturn_t rc = process_samples(device, lastSeenTimeStamp, &v, &n, &stamp);
+    if (rc != NVML_SUCCESS) {
+        *processSamplesCount = 0;
+        return rc;
+    }
+    if (!utilization || *processSamplesCount < n) {
+        *processSamplesCount = n;
+        free(v);
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    int zeroed = g_driver_major >= 580; /* see above: R580 answers 0 from the old call */
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlProcessUtilizationSample_t x = {v[i].pid, stamp, zeroed ? 0 : v[i].sm, zeroed ? 0 : v[i].mem, 0, 0};
+        utilization[i] = x;
+    }
+    *processSamplesCount = n;
+    free(v);
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device, nvmlProcessesUtilizationInfo_v1_t *procesesUtilInfo) {
+    if (g_refcount > 0 && g_driver_major < 550) return NVML_ERROR_FUNCTION_NOT_FOUND;
+    CHECK(device, F_UTILIZATION | F_NOT_MIG_PARENT);
+    nvmlProcessesUtilizationInfo_v1_t *info = procesesUtilInfo;
+    if (!info) return NVML_ERROR_INVALID_ARGUMENT;
+    if (info->version != nvmlProcessesUtilizationInfo_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    struct proc_sample *v;
+    unsigned int n;
+    unsigned long long stamp;
+    nvmlReturn_t rc = process_samples(device, info->lastSeenTimeStamp, &v, &n, &stamp);
+    if (rc != NVML_SUCCESS) {
+        info->processSamplesCount = 0;
+        return rc;
+    }
+    if (!info->procUtilArray || info->processSamplesCount < n) {
+        info->processSamplesCount = n;
+        free(v);
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlProcessUtilizationInfo_v1_t x = {stamp, v[i].pid, v[i].sm, v[i].mem, 0, 0, 0, 0};
+        info->procUtilArray[i] = x;
+    }
+    info->processSamplesCount = n;
+    free(v);
     return NVML_SUCCESS;
 }
 
@@ -1256,14 +1614,14 @@ API nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
     return NVML_SUCCESS;
 }
 
+/* A whole GPU's sample includes its MIG instances (weighted); a MIG sample is the instance's own. */
 static void take_sample(nvmlDevice_t device, struct sim_gpm_sample *s) {
-    struct plans ps;
     double now = now_s();
-    load_plans(device, &ps, now);
-    double from = fmax(ps.base_until, device->created);
-    for (int c = 0; c < NCH; c++) s->cum[c] = ps.base_integral[c] + channel_integral(&ps, c, from, now);
-    free_plans(&ps);
-    snprintf(s->uuid, sizeof s->uuid, "%s", device->uuid);
+    for (int c = 0; c < NCH; c++) s->cum[c] = device->is_mig ? own_cum(device, c, now) : whole_cum(device, c, now);
+    if (device->is_mig)
+        snprintf(s->uuid, sizeof s->uuid, "%.60s/gi%u", device->parent->uuid, device->gi);
+    else
+        snprintf(s->uuid, sizeof s->uuid, "%s", device->uuid);
     s->t = now;
     s->filled = 1;
 }
@@ -1277,17 +1635,23 @@ API nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample
 }
 
 /*
- * A sample of one MIG GPU instance. The simulated GPUs never run in MIG mode, and NVML
- * documents no specific code for a GPU without MIG ("Nonzero NVML_ERROR_? enum on error");
- * we answer NVML_ERROR_NOT_SUPPORTED there (our best reading of real drivers, not verified
- * on hardware), after the same device and sample checks as nvmlGpmSampleGet.
+ * A sample of one MIG GPU instance, taken on the parent GPU's handle (nvml.h: "device: the
+ * parent device", Hopper or newer; an A100 answers NOT_SUPPORTED as for every GPM call). NVML
+ * documents no specific code for a GPU not in MIG mode or an unknown instance ("Nonzero
+ * NVML_ERROR_? enum on error"); we answer NOT_SUPPORTED for the first and INVALID_ARGUMENT for
+ * the second (our reading, not verified on hardware).
  */
 API nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample) {
-    (void)gpuInstanceId;
     nvmlReturn_t rc = check_gpm_device(device);
     if (rc != NVML_SUCCESS) return rc;
     if (!sample_known(gpmSample.handle)) return NVML_ERROR_INVALID_ARGUMENT;
-    return NVML_ERROR_NOT_SUPPORTED; /* MIG mode is disabled (nvmlDeviceGetMigMode) */
+    if (!device->mig_mode) return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int i = 0; i < device->mig_count; i++)
+        if (device->mig[i]->gi == gpuInstanceId) {
+            take_sample(device->mig[i], gpmSample.handle);
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_INVALID_ARGUMENT;
 }
 
 /*
