@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from slurm_gpu.models import GpuDevice
 from slurm_gpu.slurm.gres import GresNode
+from slurm_gpu.slurm.hostlist import expand
 
 _NVIDIA_FILE = re.compile(r"nvidia(\d+)$")
 _NOT_NVIDIA = ("generic", "nrt", "oneapi", "rsmi")
@@ -228,10 +229,15 @@ _SLURMD_GRES = re.compile(r"Gres Name=gpu\b(?P<rest>.*)$")
 def parse_slurmd_gres(text: str) -> list[str]:
     """The GPU device files `slurmd -G` prints, in slurmd's index order.
 
-    slurmd -G logs one `Gres Name=gpu Type=... Index=N ... File=/dev/nvidiaM ...` line per
-    GPU of its final list (`_log_gres_slurmd_conf` in src/interfaces/gres.c; 22.05:
-    src/common/gres.c). Its `Index=` is the file's trailing number, not the Slurm index:
-    the Slurm index is the line's place in the list.
+    slurmd -G logs each GPU record of its final list (`_log_gres_slurmd_conf` in
+    src/interfaces/gres.c; 22.05: `_log_gres_slurmd_conf` in src/common/gres.c): one
+    `Gres Name=gpu ... File=/dev/nvidiaM ...` line per detected GPU, or one line with a
+    range (`Count=4 ... File=/dev/nvidia[0-3]`) for an unsplit gres.conf record without
+    AutoDetect. Its `Index=` is a file's trailing number, not the Slurm index: the Slurm
+    index is the file's place in the list.
+
+    Raises:
+        SlurmError: a File= range that does not expand.
     """
     files = []
     for line in text.splitlines():
@@ -240,5 +246,5 @@ def parse_slurmd_gres(text: str) -> list[str]:
             continue
         for token in match.group("rest").split():
             if token.startswith("File="):
-                files.append(token[len("File=") :])
+                files.extend(expand(token[len("File=") :]))
     return files

@@ -185,3 +185,40 @@ def test_the_agent_binds_slurm_indices_by_autodetect_order(
     assert "AutoDetect=full (line 1): this node's NVML order and device minor order differ" in (
         caplog.text
     )
+
+
+# --- against slurmd itself: `slurmd -G` captured on each release's test bed -----------------
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+BED_GPU1 = {  # gpu1's gres.conf line on each release's test bed (templates/gres.conf.in)
+    "22.05": "NodeName=gpu1 Name=gpu Type=a100 File=/var/tmp/slurm-gpu-cluster/dev/nvidia[0-3]",
+    "24.11": "NodeName=gpu1 AutoDetect=nvidia Name=gpu Type=a100 Count=4",
+    "26.05": "NodeName=gpu1 AutoDetect=nvidia Name=gpu Type=a100 Count=4 Flags=env_uuid",
+}
+
+
+def captured_gpus(release: str) -> tuple[list[GpuDevice], list[str]]:
+    """The sim GPUs behind a capture, and the CUDA_VISIBLE_DEVICES a 4-GPU step saw."""
+    devices, visible = [], []
+    for line in (DATA / release / "slurmd-G-gpu1.gpus").read_text().splitlines():
+        if "CUDA_VISIBLE_DEVICES=" in line:
+            visible = line.split("CUDA_VISIBLE_DEVICES=", 1)[1].split(",")
+        elif line and not line.startswith("#"):
+            index, minor, uuid, bus = line.split()
+            devices.append(
+                GpuDevice(uuid, "NVIDIA A100-SXM4-80GB", int(minor), int(index), bus, None)
+            )
+    return devices, visible
+
+
+@pytest.mark.parametrize("release", sorted(BED_GPU1))
+def test_the_derived_numbering_is_slurmds_own(release: str) -> None:
+    """The agent's numbering of gpu1 equals slurmd -G's list (NVML order is 2, 0, 3, 1)."""
+    devices, visible = captured_gpus(release)
+    assert [d.minor for d in devices] == [2, 0, 3, 1]
+    slurmd_files = parse_slurmd_gres((DATA / release / "slurmd-G-gpu1.txt").read_text())
+    derived = slurm_gpu_order(parse_gres_node(BED_GPU1[release], "gpu1"), devices, stat_dev)
+    assert [f"nvidia{g.minor}" for g in derived.gpus] == [f.rsplit("/", 1)[1] for f in slurmd_files]
+    assert derived.problems == ()
+    if release == "26.05":  # env_uuid: slurmd's own UUIDs, in Slurm index order
+        assert visible == [g.uuid for g in derived.gpus]
