@@ -7,7 +7,6 @@ samples per GPU instance. Utilization answers NOT_SUPPORTED in MIG mode, as on h
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -23,56 +22,25 @@ import pytest
 from tests.sim.conftest import BIN, NODE, Node, sim_gpu, uuid_of
 from tests.sim.test_sim_gpm import make_h100_node
 
-# Profile -> (compute slices, memory MiB) of an 80 GB A100/H100 (the names of the MIG user
-# guide's A100-80GB table; sizes as nvidia-smi mig -lgip lists them, in MiB).
-PROFILES_80GB = {
-    "1g.10gb": (1, 9728),
-    "2g.20gb": (2, 19968),
-    "3g.40gb": (3, 40192),
-    "4g.40gb": (4, 40192),
-    "7g.80gb": (7, 81152),
-}
-# GPU instance id of a profile placed at a start slice (A100/H100 placements).
-GI_AT = {(7, 0): 0, (4, 0): 1, (3, 0): 1, (3, 4): 2, (2, 0): 3, (2, 2): 4, (2, 4): 5}
-GI_AT.update({(1, k): 7 + k for k in range(7)})
-STARTS = {7: [0], 4: [0], 3: [0, 4], 2: [0, 2, 4], 1: list(range(7))}
-
-
-def mig_uuid(parent: str, gi: int, ci: int) -> str:
-    """A MIG device UUID in the driver's format, derived from the parent UUID and the ids."""
-    h = hashlib.sha256(f"{parent}/gi{gi}/ci{ci}".encode()).hexdigest()
-    return f"MIG-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
 
 def write_layout(node: Node, minor: int, profiles: list[str]) -> list[dict[str, Any]]:
-    """Writes <gpu>/mig (the sim-nvml README's format) and the instances' plan dirs.
+    """Sets the GPU's MIG layout with `sim-gpu mig`; its instances as the mig file lists them.
 
-    Instances are placed largest first at the first free start slice; returns them in MIG
-    device index order (by GPU instance id).
+    The tool places the instances largest first at the first free start slice and writes
+    them in MIG device index order (by GPU instance id), with their plan dirs.
     """
-    parent = uuid_of(node, minor)
-    gdir = node.dir / "gpus" / parent
-    used: set[int] = set()
+    sim_gpu(
+        "mig", "--dir", str(node.dir), "--gpu", f"minor:{minor}", "--layout", "+".join(profiles)
+    )
+    text = (node.dir / "gpus" / uuid_of(node, minor) / "mig").read_text()
     instances: list[dict[str, Any]] = []
-    for name in sorted(profiles, key=lambda p: -PROFILES_80GB[p][0]):
-        slices, mib = PROFILES_80GB[name]
-        start = next(s for s in STARTS[slices] if not used & set(range(s, s + slices)))
-        used |= set(range(start, start + slices))
-        gi = GI_AT[(slices, start)]
-        instances.append(
-            {"gi": gi, "ci": 0, "profile": name, "slices": slices, "mib": mib,
-             "uuid": mig_uuid(parent, gi, 0)}
-        )  # fmt: skip
-    instances.sort(key=lambda i: i["gi"])
-    lines = ["mode=1"] + [
-        f"instance={i['gi']} {i['ci']} {i['profile']} {i['slices']} {i['mib']} {i['uuid']}"
-        for i in instances
-    ]
-    for inst in instances:
-        plans = gdir / f"gi{inst['gi']}" / "plans"
-        plans.mkdir(parents=True, exist_ok=True)
-        os.chmod(plans, 0o1777)
-    (gdir / "mig").write_text("\n".join(lines) + "\n")
+    for line in text.splitlines():
+        if line.startswith("instance="):
+            gi, ci, profile, slices, mib, uuid = line.split("=", 1)[1].split()
+            instances.append(
+                {"gi": int(gi), "ci": int(ci), "profile": profile, "slices": int(slices),
+                 "mib": int(mib), "uuid": uuid}
+            )  # fmt: skip
     return instances
 
 
