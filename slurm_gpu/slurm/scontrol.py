@@ -208,7 +208,8 @@ class NodeInfo:
             "draining", "idle", "down").
         responding: False when sinfo flagged the node with "*" (slurmd not responding).
         reason: why the node is drained or down ("" when none).
-        gres: configured generic resources ("gpu:a100:4").
+        gres: configured generic resources as sinfo prints them ("gpu:a100:4"; with
+            autodetected GPUs their socket affinity too: "gpu:a100:4(S:0-7)").
     """
 
     name: str

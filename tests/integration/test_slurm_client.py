@@ -219,9 +219,10 @@ def test_drain_and_resume_gpu2(client: CliSlurmClient) -> None:
     )
 
 
-def test_nodes_lists_both_gpu_nodes(client: CliSlurmClient) -> None:
-    """nodes(): gpu1 with a100 and gpu2 with h100."""
-    assert {"gpu1": "gpu:a100:4", "gpu2": "gpu:h100:4"} == {n.name: n.gres for n in client.nodes()}
+def test_nodes_lists_both_gpu_nodes(testbed: TestBed, client: CliSlurmClient) -> None:
+    """nodes(): gpu1 with a100 and gpu2 with h100, each Gres as Slurm prints it."""
+    expected = {"gpu1": testbed.gpu1_gres, "gpu2": "gpu:h100:4"}
+    assert expected == {n.name: n.gres for n in client.nodes()}
 
 
 def test_ping_up(client: CliSlurmClient) -> None:

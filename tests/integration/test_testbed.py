@@ -62,17 +62,12 @@ def job_id_of_pid(pid: int) -> int | None:
     return None
 
 
-def gpu1_gres(testbed: TestBed) -> str:
-    """gpu1's sinfo %G: an autodetected GPU (24.11+ beds) carries its CPU affinity."""
-    return "gpu:a100:4" + ("" if testbed.slurm_release == "22.05" else "(S:0-7)")
-
-
 def test_two_nodes_with_four_gpus_each(testbed: TestBed) -> None:
     """sinfo lists gpu1 with 4 a100 and gpu2 with 4 h100, in partitions gpu and debug."""
     out = testbed.run("sinfo", "-h", "-N", "-o", "%N|%P|%G").stdout.split()
     assert sorted(set(out)) == [
-        f"gpu1|debug|{gpu1_gres(testbed)}",
-        f"gpu1|gpu*|{gpu1_gres(testbed)}",
+        f"gpu1|debug|{testbed.gpu1_gres}",
+        f"gpu1|gpu*|{testbed.gpu1_gres}",
         "gpu2|debug|gpu:h100:4",
         "gpu2|gpu*|gpu:h100:4",
     ]
@@ -190,7 +185,7 @@ def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
     try:
         bed = TestBed.up(state, ports)
         out = bed.run("sinfo", "-h", "-N", "-p", "gpu", "-o", "%N|%T|%G").stdout.split()
-        assert out == [f"gpu1|idle|{gpu1_gres(bed)}", "gpu2|idle|gpu:h100:4"]
+        assert out == [f"gpu1|idle|{bed.gpu1_gres}", "gpu2|idle|gpu:h100:4"]
 
         pids = {p.name: p.read_text() for p in (state / "run").glob("*.pid")}
         mtimes = {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()}

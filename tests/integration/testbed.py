@@ -96,6 +96,14 @@ class TestBed:
         """The Slurm release this bed runs (local-cluster --slurm, SLURM_GPU_SLURM_RELEASE)."""
         return self.env.get("SLURM_GPU_SLURM_RELEASE", "22.05")
 
+    @property
+    def gpu1_gres(self) -> str:
+        """gpu1's Gres as sinfo prints it.
+
+        Autodetected GPUs (gpu1 on the 24.11+ beds) carry their CPU affinity, as on hardware.
+        """
+        return "gpu:a100:4" + ("" if self.slurm_release == "22.05" else "(S:0-7)")
+
     def metrics_address(self, node: str) -> str:
         """host:port of `node`'s agent /metrics: each release's bed has its own ports."""
         base = int(self.env.get("SLURM_GPU_METRICS_PORT_BASE", "19900"))
