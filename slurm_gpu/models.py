@@ -10,6 +10,96 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+class SlotKind(StrEnum):
+    """What kind of GPU slot a job holds (docs/design/gpu-slots.md)."""
+
+    GPU = "gpu"  # a whole GPU
+    MIG = "mig"  # a MIG GPU instance (its compute instance)
+    SHARD = "shard"  # a gres/shard share of a GPU
+    MPS = "mps"  # a gres/mps share of a GPU
+
+
+class Measurement(StrEnum):
+    """How a slot's figures were measured; every summary and report says which."""
+
+    NVML = "nvml"  # a whole GPU: NVML's utilization samples (and GPM where it has it)
+    GPM = "gpm"  # a MIG slice on Hopper+: GPM of its GPU instance
+    MEMORY_ONLY = "memory-only"  # a MIG slice without GPM (Ampere): memory, no utilization
+    PER_PROCESS = "per-process"  # a shared GPU: the job's own processes
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """What a job holds of one physical GPU: the whole GPU, a MIG slice, or a share.
+
+    `slot_id` identifies the slot wherever a GPU UUID did before: a whole GPU's is its
+    UUID (so rows written before slots existed read as whole-GPU slots), a MIG slice's
+    its MIG UUID, a share's "<parent UUID>/<kind>/<job>[.<restart>]" (two jobs sharing
+    a GPU in one period need two rows). `share` is the slot's part of the parent's
+    compute: 1 for a whole GPU, compute slices / the GPU's slices for MIG, shards held /
+    shards configured for a shard.
+    """
+
+    kind: SlotKind
+    slot_id: str
+    parent_uuid: str
+    share: float = 1.0
+    mig_profile: str = ""  # "1g.10gb"
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @classmethod
+    def whole(cls, gpu_uuid: str) -> GpuSlot:
+        """The slot of a whole GPU."""
+        return cls(SlotKind.GPU, gpu_uuid, gpu_uuid)
+
+    @classmethod
+    def shared(
+        cls, kind: SlotKind, parent_uuid: str, job_id: int, share: float, restart: int = 0
+    ) -> GpuSlot:
+        """A job's share of a GPU (gres/shard or gres/mps)."""
+        run = f".{restart}" if restart else ""
+        return cls(kind, f"{parent_uuid}/{kind.value}/{job_id}{run}", parent_uuid, share)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU in MIG mode, as NVML lists it under its parent.
+
+    Attributes:
+        uuid: its MIG UUID ("MIG-..."), what CUDA_VISIBLE_DEVICES names.
+        parent_uuid: the physical GPU's UUID.
+        mig_index: its index under the parent (nvmlDeviceGetMigDeviceHandleByIndex).
+        gpu_instance_id, compute_instance_id: NVML's GI and CI ids.
+        profile: the profile name ("1g.10gb", "3g.40gb"), from the device name.
+        slices: its compute slices (the profile's "Ng"); max_slices: the parent's.
+        memory_total_bytes: the instance's own memory.
+    """
+
+    uuid: str
+    parent_uuid: str
+    mig_index: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    slices: int
+    max_slices: int = 7
+    memory_total_bytes: int | None = None
+
+    @property
+    def slot(self) -> GpuSlot:
+        """This MIG device as a slot."""
+        return GpuSlot(
+            SlotKind.MIG,
+            self.uuid,
+            self.parent_uuid,
+            self.slices / self.max_slices,
+            self.profile,
+            self.gpu_instance_id,
+            self.compute_instance_id,
+        )
+
+
 @dataclass(frozen=True)
 class GpuDevice:
     """One GPU as NVML lists it (`nvidia-smi --query-gpu=index,uuid,name,pci.bus_id`)."""
@@ -21,6 +111,10 @@ class GpuDevice:
     pci_bus_id: str
     memory_total_bytes: int | None
     gpm_supported: bool = False  # NVML GPM (Hopper and newer): SM activity and the rest
+    # MIG mode on (nvmlDeviceGetMigMode current mode) and its MIG devices in index order;
+    # in MIG mode NVML answers NOT_SUPPORTED to utilization, so slices are read by GPM.
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True)
