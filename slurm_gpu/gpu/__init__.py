@@ -42,6 +42,9 @@ class GpmMetrics(NamedTuple):
     pcie_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_PCIE_RX_PER_SEC
     nvlink_tx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
     nvlink_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+    # NVML_GPM_METRIC_GRAPHICS_UTIL: the share of time any kernel ran (a MIG slice's
+    # utilization, where NVML's utilization calls answer NOT_SUPPORTED; issue #14)
+    graphics_active_percent: float | None = None
 
     @property
     def seconds(self) -> float:
