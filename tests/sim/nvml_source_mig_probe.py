@@ -1,13 +1,14 @@
 """Runs NvmlSource's MIG and per-process reads over the simulated library in a fresh process.
 
-Reads {"gpm": bool, "reads": N, "pause": S, "align": bool, "since": T, "between": [argv]}
-as JSON on stdin. devices(), then `reads` rounds `pause` seconds apart (the first just
-after a whole second when `align`), each round: snapshot(d, 0) of every GPU,
-mig_snapshot(d, m) of each of its MIG devices, process_utilization(d, since) of every
-GPU, `since` being the previous round's last_seen (the first round's `since`: T, or 0).
-`between` runs after the first round. Prints {"devices", "rounds": [{"snapshots",
-"migs", "process_util"}], "looked_up", "logs"}: the records as JSON, every NVML C function
-pynvml looked up, and each log message NvmlSource wrote (level, text).
+Reads {"gpm": bool, "reads": N, "pause": S, "align": bool, "since": T, "between": [argv],
+"count": [pynvml function names]} as JSON on stdin. devices(), then `reads` rounds `pause`
+seconds apart (the first just after a whole second when `align`). Each round: snapshot(d, 0)
+of every GPU, mig_snapshot(d, m) of each of its MIG devices, process_utilization(d, since)
+of every GPU, `since` being the previous round's last_seen (at first T, or 0). `between`
+runs after the first round. Prints {"devices", "rounds": [{"snapshots", "migs",
+"process_util"}], "looked_up", "logs", "calls"}: the records as JSON, every NVML C function
+pynvml looked up, each log message NvmlSource wrote (level, text), and how often each
+function of "count" was called.
 """
 
 from __future__ import annotations
@@ -61,9 +62,22 @@ def _record(value: Any) -> Any:
     return record
 
 
+def _counting(name: str, call: Any, calls: dict[str, int]) -> Any:
+    """`call`, counting each use in calls[name] (NvmlSource looks pynvml's up each time)."""
+
+    def counted(*args: Any) -> Any:
+        calls[name] += 1
+        return call(*args)
+
+    return counted
+
+
 def main() -> None:
     """Devices, then the rounds, then close (twice)."""
     ask = json.load(sys.stdin)
+    calls = {name: 0 for name in ask.get("count", [])}
+    for name in calls:
+        setattr(pynvml, name, _counting(name, getattr(pynvml, name), calls))
     logs = _Logs()
     logging.getLogger("slurm_gpu").addHandler(logs)
     logging.getLogger("slurm_gpu").setLevel(logging.INFO)
@@ -95,6 +109,7 @@ def main() -> None:
                 "rounds": rounds,
                 "looked_up": sorted(set(looked_up)),
                 "logs": logs.records,
+                "calls": calls,
             }
         )
     )
