@@ -129,8 +129,11 @@ class GpuProcess:
 class GpuInterval:
     """One GPU over one shipping period (a minute by default), attributed to a job.
 
-    This is the row the agent ships to the store; (node, gpu_uuid, period_start) is its
-    idempotency key, so shipping it twice stores it once.
+    This is the row the agent ships to the store; (node, slot id, period_start) is its
+    idempotency key (`effective_slot_id`: a whole GPU's is its UUID, as before slots), so
+    shipping it twice stores it once, and two jobs sharing one GPU in one period (two
+    shard slots) are two rows. A MIG or shared slot's row has the physical GPU's power,
+    energy, temperature and ECC as None (they are `GpuPhysicalInterval`'s).
     """
 
     node: str
@@ -158,6 +161,42 @@ class GpuInterval:
     sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
     tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
+
+
+@dataclass(frozen=True)
+class GpuPhysicalInterval:
+    """One physical GPU's own totals over one shipping period, whatever its slots.
+
+    Power, energy, temperature, ECC and memory belong to the GPU, not to a MIG slice or a
+    share: the store keeps them per GPU here (`gpu_physical_intervals`), for every GPU,
+    whole or partitioned; (node, gpu_uuid, period_start) is the idempotency key. A
+    whole-GPU slot's `GpuInterval` keeps the same figures as before slots.
+    """
+
+    node: str
+    gpu_uuid: str
+    period_start: float
+    period_end: float
+    covered_seconds: float
+    power_mean_watts: float | None
+    energy_joules: float | None
+    temperature_max_celsius: float | None
+    ecc_errors_total: int | None
+    mem_used_max_bytes: int | None
+    mem_total_bytes: int | None
 
 
 class JobEventKind(StrEnum):
@@ -236,12 +275,28 @@ class JobGpuSummary:
     sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
     tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
 
     @property
     def key(self) -> str:
-        """Idempotency key: one summary per run of a job (Slurm's restart count) and GPU."""
+        """Idempotency key: one summary per run of a job (Slurm's restart count) and slot.
+
+        A whole GPU's slot id is its UUID, so its keys are those from before slots.
+        """
         run = f":{self.restart}" if self.restart else ""
-        return f"{self.job_id}:{self.node}:{self.gpu_uuid}{run}"
+        return f"{self.job_id}:{self.node}:{self.effective_slot_id}{run}"
 
     @property
     def missing(self) -> bool:
@@ -327,6 +382,19 @@ class GpuActivity:
     # window at or above `[node] sm_active_threshold_percent`. None: not measured here.
     sm_active_recent_percent: float | None = None
     last_sm_active: float | None = None
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import numpy as np
 
 from slurm_gpu.reports.figures import Groups, empty_job_totals
 from slurm_gpu.reports.usage import Usage
+from slurm_gpu.store.queries import SLOT_SUMMARY_COLUMNS
 from slurm_gpu.units import is_known
 
 RUNNING_STATES = frozenset({"RUNNING", "REQUEUED", "SUSPENDED", "COMPLETING"})
@@ -29,7 +30,7 @@ def job_records(usage: Usage) -> list[dict[str, Any]]:
 
 
 def gpu_records(usage: Usage) -> list[dict[str, Any]]:
-    """One record per job and GPU (sacct --gpus)."""
+    """One record per job and GPU slot (sacct --gpus), with the slot's kind, share..."""
     jobs = {j["job_id"]: j for j in usage.jobs.to_dict("records")}
     gpus = usage.gpus.sort_values(["job_id", "node", "gpu_uuid"])
     each = Groups(gpus.assign(gpu_row=np.arange(len(gpus))), "gpu_row").job_totals()
@@ -39,6 +40,9 @@ def gpu_records(usage: Usage) -> list[dict[str, Any]]:
         record.update(totals)
         record["node"] = gpu["node"]
         record["gpu_uuid"] = gpu["gpu_uuid"]
+        for name in SLOT_SUMMARY_COLUMNS:  # the GPU slot (revision 0009), where read
+            if name in gpu:
+                record[name] = gpu[name]
         record["alloc_gpus"] = 1
         record["nodes"] = gpu["node"]
         out.append(_with_queue_wait({str(k): v for k, v in record.items()}))
