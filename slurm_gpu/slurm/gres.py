@@ -8,8 +8,9 @@ minor number is what ties a Slurm index to an NVML device
 
 A MIG GPU is one `MultipleFiles=` line (the parent's /dev/nvidiaN and the GPU and compute
 instances' /dev/nvidia-caps files): one Slurm GPU, numbered with the `File=` ones in
-listing order (src/interfaces/gres.c `_foreach_fill_in_gres_devices`: each File= file and
-each MultipleFiles= record advance the device index by one). `Name=shard` and `Name=mps`
+listing order (src/interfaces/gres.c `_foreach_fill_in_gres_devices`, 24.11 and 26.05;
+22.05: src/plugins/gres/common/gres_common.c `common_node_config_load`: each File= file
+and each MultipleFiles= record advance the device index by one). `Name=shard` and `Name=mps`
 lines give a GPU's share capacity (`Count=` per `File=` GPU).
 """
 
@@ -27,9 +28,10 @@ AUTODETECT_VALUES = ("full", "generic", "nrt", "nvidia", "nvml", "off", "oneapi"
 
 @dataclass(frozen=True)
 class GresGpuFile:
-    """One GPU device file from gres.conf, at its place among the node's `File=` entries.
+    """One GPU device file from gres.conf, at its place among the node's GPU entries.
 
-    `slurm_index` is the Slurm GPU index when AutoDetect is off; with AutoDetect slurmd
+    `slurm_index` is the Slurm GPU index when AutoDetect is off (File= files and
+    MultipleFiles= lines counted together, in listing order); with AutoDetect slurmd
     re-sorts the GPUs (`slurm_gpu.slurm.gpu_order`).
     """
 
