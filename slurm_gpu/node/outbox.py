@@ -14,6 +14,7 @@ store.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import types
@@ -26,7 +27,6 @@ from slurm_gpu.models import (
     GpuDevice,
     GpuInterval,
     JobEvent,
-    JobEventKind,
     JobGpuSummary,
     LostGpu,
 )
@@ -54,11 +54,26 @@ def fields_of(model: Any) -> dict[str, Any]:
     The models the outbox carries hold only numbers, strings, enums and tuples of them;
     asdict's recursive copy cost the agent more than NVML for an interval (bench/agent).
     """
-    return dict(vars(model))
+    fields = dict(vars(model))
+    for name, default in _WHOLE_GPU.items():
+        if name in fields and fields[name] == default:
+            del fields[name]
+    return fields
+
+
+# A model's GPU slot fields (issue 14) at their whole-GPU defaults are left out: a whole
+# GPU's row is the row shipped before slots, byte for byte; decoding gives the defaults.
+_WHOLE_GPU: dict[str, Any] = {
+    "slot_id": "",
+    "slot_kind": "gpu",
+    "share": 1.0,
+    "mig_profile": "",
+    "measured_by": "nvml",
+}
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, JobEventKind):
+    if isinstance(value, enum.Enum):  # JobEventKind, SlotKind, Measurement
         return value.value
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
@@ -172,13 +187,18 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
             result = math.inf
         if math.isfinite(result):
             return result
-    if isinstance(hint, type) and issubclass(hint, JobEventKind) and value in list(hint):
+    if isinstance(hint, type) and issubclass(hint, enum.Enum) and value in _values_of(hint):
         return hint(value)
     if typing.get_origin(hint) is tuple and isinstance(value, list):
         return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
-    if isinstance(hint, type) and issubclass(hint, JobEventKind):
-        what = "one of " + ", ".join(k.value for k in hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        what = "one of " + ", ".join(_values_of(hint))
     raise OutboxError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
+
+
+def _values_of(kind: type[enum.Enum]) -> list[str]:
+    """The values an enum field may carry (JobEventKind, SlotKind, Measurement)."""
+    return [str(k.value) for k in kind]
 
 
 _EXPECTED = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}

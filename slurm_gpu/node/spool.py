@@ -689,7 +689,7 @@ class Spool:
             summaries.append(summary)
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('summary', ?, ?)",
-                (summary.key, encode(asdict(summary))),
+                (summary.key, encode(fields_of(summary))),
             )
         db.execute("DELETE FROM job_acc WHERE job_id = ? AND restart = ?", (job_id, restart))
         db.execute(
