@@ -228,6 +228,10 @@ class JobEvent:
     # Slurm's SLUID of the job (25.11+, SLURM_JOB_SLUID: "s" and 13 base-32 characters);
     # "" where Slurm has none or the hooks are older.
     sluid: str = ""
+    # gres/shard (or gres/mps) units the job holds on this node, on the GPUs of
+    # `gpu_indices` (issue 14); 0: whole GPUs (or MIG slices) only.
+    shards: int = 0
+    shard_kind: str = ""  # "shard" or "mps" where shards > 0
 
     @property
     def key(self) -> str:
@@ -318,6 +322,8 @@ class Binding:
     restart: int = 0
     het_job_id: int | None = None  # a heterogeneous job's leader (SLURM_HET_JOB_ID)
     het_job_offset: int | None = None
+    shards: int = 0  # gres/shard or gres/mps units held on this GPU (JobEvent.shards)
+    shard_kind: str = ""
 
 
 @dataclass(frozen=True)
