@@ -78,10 +78,12 @@ FIGURE_GPU_NUMBERS = (
     "missing_seconds",
     *queries.GPM_SUMMARY_COLUMNS,
 )
+# and what prices and groups a slot (issue 14: its kind, share of its GPU, MIG profile),
+FIGURE_SLOT_COLUMNS = ("slot_kind", "share", "mig_profile")
 # in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
-FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
+FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS]
 # read as these (node and model as one text).
-FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS)
+FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS)
 # Text columns with few distinct values, held as categoricals: grouping and joining on
 # them then works on integer codes, factorized once here instead of in every report.
 CATEGORICAL_COLUMNS = (
@@ -535,6 +537,9 @@ _NUMPY_DTYPES = {
     "gpus": "f8",
     **{name: "f8" for name in ("submit_time", "start_time", "end_time")},
     **{name: "f8" for name in FIGURE_GPU_NUMBERS},
+    "share": "f8",
+    "slot_kind": "O",  # texts as objects (numpy reads them so from the driver's tuples)
+    "mig_profile": "O",
 }
 
 
