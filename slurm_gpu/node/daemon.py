@@ -9,17 +9,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from slurm_gpu.config import Config
 from slurm_gpu.gpu.nvml import NvmlSource
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.exporter import NodeMetrics
+from slurm_gpu.node.outbox import device_fields
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_node
+from slurm_gpu.slurm.mig_minors import MigMinors, load_mig_minors
 from slurm_gpu.slurm.runner import CommandRunner
 from slurm_gpu.store import Store
 
@@ -36,8 +37,21 @@ def spool_path(config: Config, node: str) -> Path:
     return Path(config.node.state_dir) / node / "spool.db"
 
 
+def node_mig_minors(config: Config) -> MigMinors | None:
+    """The driver's mig-minors file ([node] mig_minors) where it exists, else None.
+
+    The driver writes it on every node with MIG support; without it no GPU has MIG
+    devices and no MIG slot is numbered. A file that exists but cannot be read or parsed
+    is a ConfigError naming it (and its line).
+    """
+    path = Path(config.node.mig_minors)
+    if not path.exists():
+        return None
+    return load_mig_minors(path)
+
+
 def build_agent(config: Config, node: str) -> NodeAgent:
-    """A NodeAgent wired to NVML, the node's spool and its gres.conf."""
+    """A NodeAgent wired to NVML, the node's spool, its gres.conf and its mig-minors."""
     node_dir = Path(config.node.state_dir) / node
     interval = float(config.node.interval)
     return NodeAgent(
@@ -51,6 +65,7 @@ def build_agent(config: Config, node: str) -> NodeAgent:
         active_threshold=float(config.node.active_threshold_percent),
         max_gap_intervals=float(config.node.missing_after_intervals),
         sm_active_threshold=float(config.node.sm_active_threshold_percent),
+        mig_minors=node_mig_minors(config),
     )
 
 
@@ -87,7 +102,7 @@ def run_node(
             db,
             "inventory",
             f"inventory:{node}",
-            {"devices": [asdict(d) for d in agent.devices], "seen_at": time.time()},
+            {"devices": [device_fields(d) for d in agent.devices], "seen_at": time.time()},
         )
     metrics = NodeMetrics()
     if config.node.metrics_address:

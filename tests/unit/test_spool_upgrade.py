@@ -22,6 +22,7 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobEventKind,
     JobGpuSummary,
@@ -216,6 +217,7 @@ class RecordingStore:
         self.summaries: list[JobGpuSummary] = []
         self.inventory: list[tuple[str, list[GpuDevice], float]] = []
         self.activity: list[GpuActivity] = []
+        self.physical: list[GpuPhysicalInterval] = []
 
     def add_events(self, events: Sequence[JobEvent]) -> int:
         self.events += events
@@ -223,6 +225,10 @@ class RecordingStore:
 
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
         self.intervals += rows
+        return len(rows)
+
+    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
+        self.physical += rows
         return len(rows)
 
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
