@@ -489,7 +489,8 @@ class NodeAgent:
             for s in spans
             if s.slurm_index == index and s.start < now and (s.end is None or s.end > w0)
         ]
-        if self._shared and index in self._shared:  # shares hold it: measured per process
+        # shares hold it in this window: measured per process
+        if self._shared and index in self._shared and any(s.shards for s in mine):
             self._read_shares(db, batch, device, snap, mine, w0, now, energy_delta, result)
             newest = max((s.time for s in snap.samples), default=last_sample)
             return now, newest, snap.energy_joules
