@@ -172,7 +172,8 @@ start_exporter() {
     if is_running prometheus; then start_prometheus; fi
     is_running slurm-gpu-exporter && return 0
     [ -x "$venv/bin/slurm-gpu" ] || die "slurm-gpu is not installed in $venv (run scripts/install-deps)"
-    spawn slurm-gpu-exporter env SLURM_GPU_CONFIG="$STATE/etc/slurm-gpu.toml" \
+    spawn slurm-gpu-exporter env ${SLURM_GPU_PYTHONPATH:+PYTHONPATH="$SLURM_GPU_PYTHONPATH"} \
+        SLURM_GPU_CONFIG="$STATE/etc/slurm-gpu.toml" \
         SLURM_CONF="$SLURM_CONF" "$venv/bin/slurm-gpu" exporter \
         --listen "127.0.0.1:$EXPORTER_PORT"
     wait_for slurm-gpu-exporter 30 http_ok "http://127.0.0.1:$EXPORTER_PORT/metrics"
