@@ -211,6 +211,41 @@ def test_shapes_bed_adds_gpu3_and_gpu4_in_their_own_partition(shapes: TestBed) -
     ] == rows
 
 
+def test_gpu3_slurmd_keeps_each_mig_device_one_gpu(shapes: TestBed) -> None:
+    """`slurmd -G` on gpu3: nine GPUs, each one MultipleFiles= list, none split.
+
+    22.05's shard plugin would split them into one GPU per file (shapes.sh): gpu3's slurmd
+    runs without it there.
+    """
+    done = shapes.launcher("gres", "gpu3")
+    gpus = [line for line in (done.stdout + done.stderr).splitlines() if "Gres Name=gpu " in line]
+    types = [line.split("Type=", 1)[1].split()[0] for line in gpus]
+    assert ["1g.10gb"] * 7 + ["4g.40gb", "3g.40gb"] == types
+    assert all(line.count("nvidia-caps/nvidia-cap") == 2 for line in gpus)
+
+
+def test_config_check_binds_gpu3_indices_to_the_mig_devices(shapes: TestBed) -> None:
+    """slurm-gpu config check --node gpu3: Slurm GPUs 0-8 are NVML's nine MIG devices.
+
+    In order: GPU minor 0's seven 1g.10gb devices, then minor 1's 4g.40gb and 3g.40gb, each
+    GPU's by GPU instance id (their MIG device index order).
+    """
+    expected = [
+        uuid
+        for minor in (0, 1)
+        for uuid, _ in sorted(mig_devices(shapes, minor).items(), key=lambda item: item[1][0])
+    ]
+    env = dict(shapes.env, SIM_NVML_DIR=str(shapes.state_dir / "sim-nvml" / "gpu3"))
+    done = subprocess.run(
+        [CLI, "config", "check", "--node", "gpu3"], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert 0 == done.returncode, done.stderr
+    # "#   Slurm GPU 0 = MIG 1g.10gb MIG-... (GPU-..., GI 7 CI 0)"
+    bound = [line.split()[7] for line in done.stdout.splitlines() if " = MIG " in line]
+    assert expected == bound
+
+
 def test_a_slice_job_gets_its_index_and_no_mig_uuid(shapes: TestBed) -> None:
     """Slurm 22.05 without AutoDetect: SLURM_JOB_GPUS = CUDA_VISIBLE_DEVICES = the index.
 
