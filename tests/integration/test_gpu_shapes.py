@@ -38,6 +38,7 @@ from tests.integration.testbed import (
     TestBed,
     wait_summaries,
 )
+from tests.receivers import smtp_receiver
 
 pytestmark = pytest.mark.slurm
 
@@ -108,51 +109,53 @@ def load(bed: TestBed, util: float, seconds: int) -> str:
 def workload(shapes: TestBed, shapes_store: Store, config_file: Path) -> Iterator[dict[str, Any]]:
     """The five jobs under one controller; yields their ids, states, summaries and sacct."""
     control = ControlStore(shapes_store)
-    controller = write_config(shapes, "shapes")
     jobs: dict[str, int] = {}
     start = time.time() - 2
-    try:
-        for name, util in MIG_JOBS.items():
-            seconds = BUSY_SECONDS if util else 300
-            jobs[name] = shapes.submit(
-                "alice", "-p", "shapes", "--gres=gpu:1g.10gb:1", f"--job-name={name}",
-                wrap=load(shapes, util, seconds),
-            )  # fmt: skip
-        for name, util in SHARD_JOBS.items():
-            seconds = BUSY_SECONDS if util else 300
-            jobs[name] = shapes.submit(
-                "carol", "-A", "bio", "-p", "shapes", "--gres=shard:2", f"--job-name={name}",
-                wrap=load(shapes, util, seconds),
-            )  # fmt: skip
-        for job in jobs.values():
-            shapes.wait_state(job, {"RUNNING"})
-        # What the controller did is read by the tests, which then fail one by one: the
-        # idle jobs end when it cancels them, or after the busy ones in any case.
-        with controllers(shapes, controller):
-            for name in ("mig20", "mig60", "shard60"):
-                shapes.wait_done(jobs[name], timeout=BUSY_SECONDS + 120)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and not all(
-                shapes.job_state(jobs[name]) in TERMINAL_STATES for name in ("mig0", "shard0")
-            ):
-                time.sleep(1)
-        shapes.run("scancel", *map(str, jobs.values()), check=False)
-        summaries = {name: summaries_of(shapes_store, job) for name, job in jobs.items()}
-        sacct = {
-            name: shapes.sacct(job, "State,ElapsedRaw,AllocTRES,AdminComment")
-            for name, job in jobs.items()
-        }
-        yield {
-            "jobs": jobs,
-            "summaries": summaries,
-            "sacct": sacct,
-            "actions": {name: actions_of(control, job) for name, job in jobs.items()},
-            "since": start,
-            "until": time.time() + 1,
-        }
-    finally:
-        if jobs:
+    # The controller cancels only after its warning went out: it needs a mail receiver.
+    with smtp_receiver() as (port, _inbox):
+        controller = write_config(shapes, "shapes", smtp_port=port)
+        try:
+            for name, util in MIG_JOBS.items():
+                seconds = BUSY_SECONDS if util else 300
+                jobs[name] = shapes.submit(
+                    "alice", "-p", "shapes", "--gres=gpu:1g.10gb:1", f"--job-name={name}",
+                    wrap=load(shapes, util, seconds),
+                )  # fmt: skip
+            for name, util in SHARD_JOBS.items():
+                seconds = BUSY_SECONDS if util else 300
+                jobs[name] = shapes.submit(
+                    "carol", "-A", "bio", "-p", "shapes", "--gres=shard:2", f"--job-name={name}",
+                    wrap=load(shapes, util, seconds),
+                )  # fmt: skip
+            for job in jobs.values():
+                shapes.wait_state(job, {"RUNNING"})
+            # What the controller did is read by the tests, which then fail one by one: the
+            # idle jobs end when it cancels them, or after the busy ones in any case.
+            with controllers(shapes, controller):
+                for name in ("mig20", "mig60", "shard60"):
+                    shapes.wait_done(jobs[name], timeout=BUSY_SECONDS + 120)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not all(
+                    shapes.job_state(jobs[name]) in TERMINAL_STATES for name in ("mig0", "shard0")
+                ):
+                    time.sleep(1)
             shapes.run("scancel", *map(str, jobs.values()), check=False)
+            summaries = {name: summaries_of(shapes_store, job) for name, job in jobs.items()}
+            sacct = {
+                name: shapes.sacct(job, "State,ElapsedRaw,AllocTRES,AdminComment")
+                for name, job in jobs.items()
+            }
+            yield {
+                "jobs": jobs,
+                "summaries": summaries,
+                "sacct": sacct,
+                "actions": {name: actions_of(control, job) for name, job in jobs.items()},
+                "since": start,
+                "until": time.time() + 1,
+            }
+        finally:
+            if jobs:
+                shapes.run("scancel", *map(str, jobs.values()), check=False)
 
 
 def summaries_of(store: Store, job_id: int, timeout: float = 120) -> list[JobGpuSummary]:
@@ -218,7 +221,10 @@ for i in range(pynvml.nvmlDeviceGetCount()):
 
 
 def test_shapes_bed_adds_gpu3_and_gpu4_in_their_own_partition(shapes: TestBed) -> None:
-    """sinfo: gpu3's MIG types, gpu4's A100 and 8 shards, in "shapes"; gpu keeps gpu1, gpu2."""
+    """sinfo: gpu3's MIG types, gpu4's A100 and 8 shards, in "shapes"; gpu keeps gpu1, gpu2.
+
+    slurmd gives a shard its GPU's type (gres.shtml: Type is copied from gres/gpu).
+    """
     out = shapes.run("sinfo", "-h", "-N", "-o", "%N|%P|%G").stdout.split()
     rows = sorted(set(out))
     assert [
@@ -227,7 +233,7 @@ def test_shapes_bed_adds_gpu3_and_gpu4_in_their_own_partition(shapes: TestBed) -
         "gpu2|debug|gpu:h100:4",
         "gpu2|gpu*|gpu:h100:4",
         "gpu3|shapes|gpu:1g.10gb:7,gpu:4g.40gb:1,gpu:3g.40gb:1",
-        "gpu4|shapes|gpu:a100:1,shard:8",
+        "gpu4|shapes|gpu:a100:1,shard:a100:8",
     ] == rows
 
 
@@ -361,8 +367,10 @@ def test_report_slots_and_monthly_show_the_slices_and_their_cost(
         cli(shapes, config_file, "report", "slots", "-S", since, "-E", until, "--json")
     )
     by_slot = {r["Slot"]: r for r in report["rows"]}
-    [mig] = [key for key in by_slot if key.endswith("MIG 1g.10gb")]
-    [shard] = [key for key in by_slot if key.endswith("shard")]
+    migs = [key for key in by_slot if key.endswith("MIG 1g.10gb")]
+    shards = [key for key in by_slot if key.endswith("shard")]
+    assert (1, 1) == (len(migs), len(shards)), sorted(by_slot)
+    mig, shard = migs[0], shards[0]
     mig_hours = sum(only(workload["summaries"][n]).gpu_seconds for n in MIG_JOBS) / 3600
     shard_hours = sum(only(workload["summaries"][n]).gpu_seconds for n in SHARD_JOBS) / 3600
     expected = {
