@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from slurm_gpu.activity import is_active
+from slurm_gpu.errors import SlurmError
 from slurm_gpu.gpu import GpuSnapshot, GpuSource, MigSnapshot
 from slurm_gpu.models import (
     Binding,
@@ -45,6 +46,7 @@ from slurm_gpu.models import (
     GpuDevice,
     GpuSlot,
     JobEvent,
+    JobEventKind,
     JobGpuSummary,
     LostGpu,
     Measurement,
@@ -154,6 +156,9 @@ class NodeAgent:
         stat: os.stat, for resolving device minors.
         mig_minors: the driver's mig-minors ([node] mig_minors), which numbers gres.conf's
             MIG lines; None: no MIG slot is numbered.
+        job_shares: job id -> (kind, count) of the gres/shard or gres/mps units it holds
+            on this node, or None (scontrol -d show job); asked once when a job starts on
+            a GPU gres.conf cuts into shares, as the prolog cannot tell. None: never asked.
     """
 
     def __init__(
@@ -172,6 +177,7 @@ class NodeAgent:
         pid_job: Callable[[int], int | None] | None = None,
         stat: Callable[[str], os.stat_result] = os.stat,
         mig_minors: MigMinors | None = None,
+        job_shares: Callable[[int], tuple[str, int] | None] | None = None,
     ) -> None:
         self.node = node
         self.node_dir = node_dir
@@ -183,6 +189,7 @@ class NodeAgent:
         self.sm_active_threshold = sm_active_threshold
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
+        self.job_shares = job_shares
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
         self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
         self.devices: list[GpuDevice] = source.devices()
@@ -358,7 +365,7 @@ class NodeAgent:
         paired by slurmd itself) each index is bound to its UUID; with UUIDs alone each
         UUID is looked up among the GPUs this node's gres.conf maps.
         """
-        event = item.event
+        event = self._with_shares(item.event)
         if not item.gpu_uuids:
             return event
         if event.gpu_indices:
@@ -367,6 +374,41 @@ class NodeAgent:
             return event
         found = (self._index_of(uuid, event.job_id) for uuid in item.gpu_uuids)
         return replace(event, gpu_indices=tuple(i for i in found if i is not None))
+
+    def _with_shares(self, event: JobEvent) -> JobEvent:
+        """A started job on GPUs gres.conf cuts into shares, with the shares Slurm gave it.
+
+        The prolog cannot tell a shard job from a whole-GPU job on the same GPU (Slurm
+        22.05 gives both SLURM_JOB_GPUS=0 and nothing more), so the agent asks Slurm once
+        per such job (`job_shares`: scontrol -d show job). Where Slurm cannot be asked,
+        the job is recorded as holding its whole GPUs, and the error says so.
+        """
+        if (
+            event.kind != JobEventKind.STARTED
+            or event.shards
+            or self.job_shares is None
+            or not any(
+                (kind, index) in self._capacity
+                for index in event.gpu_indices
+                for kind in (SlotKind.SHARD.value, SlotKind.MPS.value)
+            )
+        ):
+            return event
+        try:
+            found = self.job_shares(event.job_id)
+        except (SlurmError, ValueError) as exc:
+            log.error(
+                "job %d: cannot tell whether it holds shares of Slurm GPU %s (%s):"
+                " recorded as holding the whole GPU",
+                event.job_id,
+                ",".join(map(str, event.gpu_indices)),
+                exc,
+            )
+            return event
+        if found is None:
+            return event
+        kind, count = found
+        return replace(event, shards=count, shard_kind=kind)
 
     def _bound_bindings(self, files: list[BindingFile]) -> list[Binding]:
         """The bindings by Slurm index (UUID-only ones looked up); learns the SLUIDs."""

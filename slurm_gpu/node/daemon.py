@@ -22,6 +22,7 @@ from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_node
 from slurm_gpu.slurm.mig_minors import MigMinors, load_mig_minors
 from slurm_gpu.slurm.runner import CommandRunner
+from slurm_gpu.slurm.scontrol import job_node_shares
 from slurm_gpu.store import Store
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,18 @@ def node_mig_minors(config: Config) -> MigMinors | None:
     return load_mig_minors(path)
 
 
-def build_agent(config: Config, node: str) -> NodeAgent:
-    """A NodeAgent wired to NVML, the node's spool, its gres.conf and its mig-minors."""
+def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -> NodeAgent:
+    """A NodeAgent wired to NVML, the node's spool, its gres.conf and its mig-minors.
+
+    With `slurm`, the agent asks `scontrol -d show job` for the shares (gres/shard,
+    gres/mps) a job holds on this node, which the prolog cannot tell.
+    """
+
+    def job_shares(job_id: int) -> tuple[str, int] | None:
+        assert slurm is not None
+        out = slurm(["scontrol", "-d", "show", "job", str(job_id)])
+        return job_node_shares(out, job_id, node)
+
     node_dir = Path(config.node.state_dir) / node
     interval = float(config.node.interval)
     return NodeAgent(
@@ -66,6 +77,7 @@ def build_agent(config: Config, node: str) -> NodeAgent:
         max_gap_intervals=float(config.node.missing_after_intervals),
         sm_active_threshold=float(config.node.sm_active_threshold_percent),
         mig_minors=node_mig_minors(config),
+        job_shares=job_shares if slurm is not None else None,
     )
 
 
@@ -81,7 +93,7 @@ def run_node(
         slurm: runs `scontrol` for the jobs' AdminComment.
         once: one tick and one shipping pass, then return.
     """
-    agent = build_agent(config, node)
+    agent = build_agent(config, node, slurm)
 
     def write_admin_comments(job_ids: list[int]) -> None:
         for job_id in job_ids:

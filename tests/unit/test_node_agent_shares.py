@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpu.errors import SlurmError
 from slurm_gpu.models import GpuDevice, GpuProcess, Measurement, SlotKind
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.hookfiles import parse_binding, read_events
@@ -194,3 +195,41 @@ def test_an_event_without_shares_ships_the_payload_of_before(tmp_path: Path) -> 
     payloads = {decode_event(p).job_id: p for _, p in rows(agent, "event")}
     assert "shard" not in payloads[5]
     assert decode_event(payloads[20]).shards == 2
+
+
+def test_shares_slurm_gives_a_job_are_asked_once_as_the_prolog_cannot_tell(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent asks Slurm for a job's shares, once, and records them.
+
+    Slurm 22.05's prolog sees SLURM_JOB_GPUS=0 for a shard job as for a whole-GPU one, so
+    `scontrol -d show job` (job_shares) is where the count comes from.
+    """
+    agent, clock, _gpus, node_dir = make_agent(tmp_path)
+    asked: list[int] = []
+
+    def job_shares(job_id: int) -> tuple[str, int] | None:
+        asked.append(job_id)
+        return ("shard", 2) if job_id == 20 else None
+
+    agent.job_shares = job_shares
+    for job in (20, 21):  # the hooks' files without shards=, as on the bed
+        common = {"job_id": str(job), "user": "bob"}
+        write_hook_file(node_dir / "bindings" / f"{job}.0", {**common, "gpu_index": "0"}, T0)
+        write_hook_file(
+            node_dir / "events" / f"{job}.started.1", {**common, "gpu_indices": "0"}, T0
+        )
+    run(agent, clock, T0 + 60)
+    spans = {s.job_id: (s.shards, s.shard_kind) for s in agent.spool.spans()}
+    assert spans == {20: (2, "shard"), 21: (0, "")}
+    assert sorted(asked) == [20, 21]  # once each, at its start
+
+    def down(_job_id: int) -> tuple[str, int] | None:
+        raise SlurmError("scontrol: slurmctld not responding")
+
+    agent.job_shares = down
+    write_hook_file(node_dir / "events" / "22.started.1", {"job_id": "22", "gpu_indices": "0"}, T0)
+    with caplog.at_level("ERROR", logger="slurm_gpu.node.agent"):
+        run(agent, clock, T0 + 70)
+    assert "job 22: cannot tell whether it holds shares of Slurm GPU 0" in caplog.text
+    assert {s.job_id: s.shards for s in agent.spool.spans()}[22] == 0
