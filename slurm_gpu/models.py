@@ -10,6 +10,96 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+class SlotKind(StrEnum):
+    """What kind of GPU slot a job holds (docs/design/gpu-slots.md)."""
+
+    GPU = "gpu"  # a whole GPU
+    MIG = "mig"  # a MIG GPU instance (its compute instance)
+    SHARD = "shard"  # a gres/shard share of a GPU
+    MPS = "mps"  # a gres/mps share of a GPU
+
+
+class Measurement(StrEnum):
+    """How a slot's figures were measured; every summary and report says which."""
+
+    NVML = "nvml"  # a whole GPU: NVML's utilization samples (and GPM where it has it)
+    GPM = "gpm"  # a MIG slice on Hopper+: GPM of its GPU instance
+    MEMORY_ONLY = "memory-only"  # a MIG slice without GPM (Ampere): memory, no utilization
+    PER_PROCESS = "per-process"  # a shared GPU: the job's own processes
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """What a job holds of one physical GPU: the whole GPU, a MIG slice, or a share.
+
+    `slot_id` identifies the slot wherever a GPU UUID did before: a whole GPU's is its
+    UUID (so rows written before slots existed read as whole-GPU slots), a MIG slice's
+    its MIG UUID, a share's "<parent UUID>/<kind>/<job>[.<restart>]" (two jobs sharing
+    a GPU in one period need two rows). `share` is the slot's part of the parent's
+    compute: 1 for a whole GPU, compute slices / the GPU's slices for MIG, shards held /
+    shards configured for a shard.
+    """
+
+    kind: SlotKind
+    slot_id: str
+    parent_uuid: str
+    share: float = 1.0
+    mig_profile: str = ""  # "1g.10gb"
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+    @classmethod
+    def whole(cls, gpu_uuid: str) -> GpuSlot:
+        """The slot of a whole GPU."""
+        return cls(SlotKind.GPU, gpu_uuid, gpu_uuid)
+
+    @classmethod
+    def shared(
+        cls, kind: SlotKind, parent_uuid: str, job_id: int, share: float, restart: int = 0
+    ) -> GpuSlot:
+        """A job's share of a GPU (gres/shard or gres/mps)."""
+        run = f".{restart}" if restart else ""
+        return cls(kind, f"{parent_uuid}/{kind.value}/{job_id}{run}", parent_uuid, share)
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG device of a GPU in MIG mode, as NVML lists it under its parent.
+
+    Attributes:
+        uuid: its MIG UUID ("MIG-..."), what CUDA_VISIBLE_DEVICES names.
+        parent_uuid: the physical GPU's UUID.
+        mig_index: its index under the parent (nvmlDeviceGetMigDeviceHandleByIndex).
+        gpu_instance_id, compute_instance_id: NVML's GI and CI ids.
+        profile: the profile name ("1g.10gb", "3g.40gb"), from the device name.
+        slices: its compute slices (the profile's "Ng"); max_slices: the parent's.
+        memory_total_bytes: the instance's own memory.
+    """
+
+    uuid: str
+    parent_uuid: str
+    mig_index: int
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+    slices: int
+    max_slices: int = 7
+    memory_total_bytes: int | None = None
+
+    @property
+    def slot(self) -> GpuSlot:
+        """This MIG device as a slot."""
+        return GpuSlot(
+            SlotKind.MIG,
+            self.uuid,
+            self.parent_uuid,
+            self.slices / self.max_slices,
+            self.profile,
+            self.gpu_instance_id,
+            self.compute_instance_id,
+        )
+
+
 @dataclass(frozen=True)
 class GpuDevice:
     """One GPU as NVML lists it (`nvidia-smi --query-gpu=index,uuid,name,pci.bus_id`)."""
@@ -21,6 +111,10 @@ class GpuDevice:
     pci_bus_id: str
     memory_total_bytes: int | None
     gpm_supported: bool = False  # NVML GPM (Hopper and newer): SM activity and the rest
+    # MIG mode on (nvmlDeviceGetMigMode current mode) and its MIG devices in index order;
+    # in MIG mode NVML answers NOT_SUPPORTED to utilization, so slices are read by GPM.
+    mig_enabled: bool = False
+    mig_devices: tuple[MigDevice, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -35,8 +129,11 @@ class GpuProcess:
 class GpuInterval:
     """One GPU over one shipping period (a minute by default), attributed to a job.
 
-    This is the row the agent ships to the store; (node, gpu_uuid, period_start) is its
-    idempotency key, so shipping it twice stores it once.
+    This is the row the agent ships to the store; (node, slot id, period_start) is its
+    idempotency key (`effective_slot_id`: a whole GPU's is its UUID, as before slots), so
+    shipping it twice stores it once, and two jobs sharing one GPU in one period (two
+    shard slots) are two rows. A MIG or shared slot's row has the physical GPU's power,
+    energy, temperature and ECC as None (they are `GpuPhysicalInterval`'s).
     """
 
     node: str
@@ -64,6 +161,42 @@ class GpuInterval:
     sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
     tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
+
+
+@dataclass(frozen=True)
+class GpuPhysicalInterval:
+    """One physical GPU's own totals over one shipping period, whatever its slots.
+
+    Power, energy, temperature, ECC and memory belong to the GPU, not to a MIG slice or a
+    share: the store keeps them per GPU here (`gpu_physical_intervals`), for every GPU,
+    whole or partitioned; (node, gpu_uuid, period_start) is the idempotency key. A
+    whole-GPU slot's `GpuInterval` keeps the same figures as before slots.
+    """
+
+    node: str
+    gpu_uuid: str
+    period_start: float
+    period_end: float
+    covered_seconds: float
+    power_mean_watts: float | None
+    energy_joules: float | None
+    temperature_max_celsius: float | None
+    ecc_errors_total: int | None
+    mem_used_max_bytes: int | None
+    mem_total_bytes: int | None
 
 
 class JobEventKind(StrEnum):
@@ -95,6 +228,10 @@ class JobEvent:
     # Slurm's SLUID of the job (25.11+, SLURM_JOB_SLUID: "s" and 13 base-32 characters);
     # "" where Slurm has none or the hooks are older.
     sluid: str = ""
+    # gres/shard (or gres/mps) units the job holds on this node, on the GPUs of
+    # `gpu_indices` (issue 14); 0: whole GPUs (or MIG slices) only.
+    shards: int = 0
+    shard_kind: str = ""  # "shard" or "mps" where shards > 0
 
     @property
     def key(self) -> str:
@@ -142,12 +279,28 @@ class JobGpuSummary:
     sm_occupancy_mean_percent: float | None = None  # NVML_GPM_METRIC_SM_OCCUPANCY
     tensor_active_mean_percent: float | None = None  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
     dram_bw_mean_percent: float | None = None  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
 
     @property
     def key(self) -> str:
-        """Idempotency key: one summary per run of a job (Slurm's restart count) and GPU."""
+        """Idempotency key: one summary per run of a job (Slurm's restart count) and slot.
+
+        A whole GPU's slot id is its UUID, so its keys are those from before slots.
+        """
         run = f":{self.restart}" if self.restart else ""
-        return f"{self.job_id}:{self.node}:{self.gpu_uuid}{run}"
+        return f"{self.job_id}:{self.node}:{self.effective_slot_id}{run}"
 
     @property
     def missing(self) -> bool:
@@ -169,6 +322,8 @@ class Binding:
     restart: int = 0
     het_job_id: int | None = None  # a heterogeneous job's leader (SLURM_HET_JOB_ID)
     het_job_offset: int | None = None
+    shards: int = 0  # gres/shard or gres/mps units held on this GPU (JobEvent.shards)
+    shard_kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -233,6 +388,19 @@ class GpuActivity:
     # window at or above `[node] sm_active_threshold_percent`. None: not measured here.
     sm_active_recent_percent: float | None = None
     last_sm_active: float | None = None
+    # The GPU slot of this row (docs/design/gpu-slots.md): "" is the whole GPU `gpu_uuid`
+    # (rows from before slots read so); a MIG UUID or a share's id otherwise, `gpu_uuid`
+    # then being its parent, the physical GPU.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
+    mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ stop writing "just enough" fakes again and again:
 
 - `FakeRunner`: a Slurm `CommandRunner` that answers argv from canned responses.
 - `FakeSlurmClient`: a `SlurmClient` over in-memory jobs, nodes and associations.
-- `FakeGpuSource`: a `GpuSource` whose GPUs' utilization (and GPM metrics) are functions
-  of time.
+- `FakeGpuSource`: a `GpuSource` whose GPUs' utilization (and GPM metrics, MIG devices
+  and per-process utilization) are functions of time.
 - `FixedClock`: the `Callable[[], float]` clock every component takes, moved by hand.
 
 Every fake records what it was asked. Nothing here runs a command, touches NVML or opens
@@ -20,8 +20,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, TypeVar, cast
 
 from slurm_gpu.errors import SlurmError
-from slurm_gpu.gpu import GpmMetrics, GpuSnapshot, UtilSample
-from slurm_gpu.models import GpuDevice, GpuProcess, SlurmJob
+from slurm_gpu.gpu import (
+    GpmMetrics,
+    GpuSnapshot,
+    MigSnapshot,
+    ProcessUtil,
+    ProcessUtilization,
+    UtilSample,
+)
+from slurm_gpu.models import GpuDevice, GpuProcess, MigDevice, SlurmJob
 from slurm_gpu.slurm.client import DEFAULT_STATES
 from slurm_gpu.slurm.sacctmgr import Association
 from slurm_gpu.slurm.scontrol import GpuNode, NodeInfo
@@ -367,22 +374,44 @@ class FakeGpuSource:
     over the whole seconds of (previous snapshot, this one], the time-weighted truth at
     NVML's one-second resolution. A GPU not named has no GPM: `gpm` is None.
 
+    A GPU named in `mig` is in MIG mode (`devices()` says `mig_enabled` and lists its MIG
+    devices), and answers as NVML does then: its snapshots have no utilization samples
+    (unknown, never 0%), its processes are its own and every MIG device's, and
+    `process_utilization` fails with "Not Supported". `mig_snapshot` reads one MIG device:
+    its processes (`processes` by MIG UUID), memory used (their memory) and total (the
+    MigDevice's), and, for a MIG UUID named in `gpm`, the GPM of its GPU instance from its
+    second read on, as for a GPU (an Ampere slice: not named, memory only).
+
+    `process_util` gives per-process utilization (shards, MPS): each process is sampled
+    once a second, as NVML does, and a read averages each process's samples after
+    `since`, answering as `nvmlDeviceGetProcessesUtilizationInfo` (`process_util_call`).
+
     Args:
         devices: the GPUs, in NVML's order.
         clock: POSIX seconds now (a `FixedClock` the test moves).
         util: {uuid: percent as a function of POSIX time}; 0 for a GPU not named.
         gpm: {uuid: POSIX time -> {GpmMetrics field: value}}, e.g.
             `{"A": lambda t: {"sm_active_percent": 30.0}}`; a field not in the mapping
-            reads None ("not supported" for that metric).
+            reads None ("not supported" for that metric). MIG UUIDs may be named too.
+        mig: {GPU uuid: its MIG devices, in index order}: the GPUs in MIG mode.
+        process_util: {uuid: {pid: POSIX time -> smUtil percent, or None while that
+            process is not running}}; a GPU not named has no process sampled.
 
     Attributes:
         util: the utilization functions, which tests may replace at any time.
         gpm: the GPM functions, likewise.
-        lost: uuids that answer "GPU is lost" (no readings at all).
-        unsupported: GpuSnapshot and GpmMetrics fields every GPU leaves None ("not
-            supported").
-        processes: {uuid: the compute processes on it}.
+        mig: the MIG layouts, likewise.
+        process_util: the per-process functions, likewise.
+        process_util_call: the call `process_utilization` says answered (set it to
+            "nvmlDeviceGetProcessUtilization" to play a driver before R550).
+        lost: uuids (GPU or MIG) that answer "GPU is lost" (no readings at all); a lost
+            GPU's MIG devices are lost too.
+        unsupported: GpuSnapshot, MigSnapshot and GpmMetrics fields every GPU leaves None
+            ("not supported"); "process_utilization" makes that read fail "Not Supported".
+        processes: {uuid: the compute processes on it}; MIG UUIDs for a MIG device's.
         reads: (uuid, samples_since) of every snapshot asked for.
+        mig_reads: the MIG UUID of every mig_snapshot asked for.
+        process_reads: (uuid, since) of every process_utilization asked for.
         gpm_samples: uuid -> how many GPM samples were taken of it.
         closed: whether `close()` was called.
     """
@@ -394,6 +423,8 @@ class FakeGpuSource:
         *,
         util: Mapping[str, Callable[[float], float]] | None = None,
         gpm: Mapping[str, Callable[[float], Mapping[str, float]]] | None = None,
+        mig: Mapping[str, Sequence[MigDevice]] | None = None,
+        process_util: Mapping[str, Mapping[int, Callable[[float], float | None]]] | None = None,
         mem_used_bytes: int = 2**30,
         power_watts: float = 100.0,
         temperature_celsius: float = 40.0,
@@ -402,6 +433,13 @@ class FakeGpuSource:
         self.clock = clock
         self.util: dict[str, Callable[[float], float]] = dict(util or {})
         self.gpm: dict[str, Callable[[float], Mapping[str, float]]] = dict(gpm or {})
+        self.mig: dict[str, tuple[MigDevice, ...]] = {
+            uuid: tuple(migs) for uuid, migs in (mig or {}).items()
+        }
+        self.process_util: dict[str, dict[int, Callable[[float], float | None]]] = {
+            uuid: dict(pids) for uuid, pids in (process_util or {}).items()
+        }
+        self.process_util_call = "nvmlDeviceGetProcessesUtilizationInfo"
         self.gpm_samples: dict[str, int] = {}
         self._gpm_last: dict[str, float] = {}  # uuid -> time of its newest GPM sample
         self.lost: set[str] = set()
@@ -411,14 +449,24 @@ class FakeGpuSource:
         self.power_watts = power_watts
         self.temperature_celsius = temperature_celsius
         self.reads: list[tuple[str, float]] = []
+        self.mig_reads: list[str] = []
+        self.process_reads: list[tuple[str, float]] = []
         self.closed = False
 
     def devices(self) -> list[GpuDevice]:
-        """The GPUs given, in that order; those named in `gpm` with `gpm_supported`."""
-        return [
-            dataclasses.replace(d, gpm_supported=True) if d.uuid in self.gpm else d
-            for d in self.device_list
-        ]
+        """The GPUs given, in that order, as NVML would describe them.
+
+        Those named in `gpm` with `gpm_supported`, those in `mig` in MIG mode with their
+        MIG devices.
+        """
+        found = []
+        for d in self.device_list:
+            if d.uuid in self.gpm:
+                d = dataclasses.replace(d, gpm_supported=True)
+            if d.uuid in self.mig:
+                d = dataclasses.replace(d, mig_enabled=True, mig_devices=self.mig[d.uuid])
+            found.append(d)
+        return found
 
     def snapshot(self, device: GpuDevice, samples_since: float) -> GpuSnapshot:
         """The GPU at `clock()`: samples after `samples_since`, or its error when lost."""
@@ -426,9 +474,15 @@ class FakeGpuSource:
         now = self.clock()
         if device.uuid in self.lost:
             self._gpm_last.pop(device.uuid, None)  # its counters start again when it returns
+            for mig in self.mig.get(device.uuid, ()):
+                self._gpm_last.pop(mig.uuid, None)
             return GpuSnapshot(device.uuid, now, error="GPU is lost")
         util = self.util.get(device.uuid, _idle)
-        seconds = range(int(samples_since) + 1, int(now) + 1)
+        # in MIG mode NVML has no utilization samples of the GPU (NOT_SUPPORTED)
+        seconds = range(int(samples_since) + 1, int(now) + 1) if device.uuid not in self.mig else ()
+        processes = self.processes.get(device.uuid, ()) + tuple(
+            p for mig in self.mig.get(device.uuid, ()) for p in self.processes.get(mig.uuid, ())
+        )
         return GpuSnapshot(
             device.uuid,
             now,
@@ -439,8 +493,55 @@ class FakeGpuSource:
             energy_joules=self._supported("energy_joules", self.power_watts * now),
             temperature_celsius=self._supported("temperature_celsius", self.temperature_celsius),
             ecc_errors_total=self._supported("ecc_errors_total", 0),
-            processes=self._supported("processes", self.processes.get(device.uuid, ())),
+            processes=self._supported("processes", processes),
             gpm=self._gpm_read(device.uuid, now),
+        )
+
+    def mig_snapshot(self, device: GpuDevice, mig: MigDevice) -> MigSnapshot:
+        """The MIG device at `clock()`: its memory, processes and GPM, or its error."""
+        self.mig_reads.append(mig.uuid)
+        now = self.clock()
+        if device.uuid in self.lost or mig.uuid in self.lost:
+            self._gpm_last.pop(mig.uuid, None)
+            return MigSnapshot(mig.uuid, now, error="GPU is lost")
+        if mig.uuid not in {m.uuid for m in self.mig.get(device.uuid, ())}:
+            return MigSnapshot(mig.uuid, now, error="Not Found")
+        processes = self.processes.get(mig.uuid, ())
+        return MigSnapshot(
+            mig.uuid,
+            now,
+            mem_used_bytes=self._supported(
+                "mem_used_bytes", sum(p.used_memory_bytes or 0 for p in processes)
+            ),
+            mem_total_bytes=self._supported("mem_total_bytes", mig.memory_total_bytes),
+            processes=self._supported("processes", processes),
+            gpm=self._gpm_read(mig.uuid, now),
+        )
+
+    def process_utilization(self, device: GpuDevice, since: float) -> ProcessUtilization:
+        """Each process's mean smUtil over its once-a-second samples in (since, now]."""
+        self.process_reads.append((device.uuid, since))
+        now = self.clock()
+        call = self.process_util_call
+        if device.uuid in self.lost:
+            return ProcessUtilization(
+                device.uuid, now, last_seen=since, call=call, error="GPU is lost"
+            )
+        if device.uuid in self.mig or "process_utilization" in self.unsupported:
+            return ProcessUtilization(
+                device.uuid, now, last_seen=since, call=call, error="Not Supported"
+            )
+        seconds = [float(t) for t in range(int(since) + 1, int(now) + 1) if t > since]
+        processes = []
+        newest = since
+        for pid, level in sorted(self.process_util.get(device.uuid, {}).items()):
+            sampled = [(t, v) for t in seconds if (v := level(t)) is not None]
+            if sampled:
+                values = [v for _, v in sampled]
+                processes.append(ProcessUtil(pid, sum(values) / len(values), None, len(values)))
+                newest = max(newest, sampled[-1][0])
+        return ProcessUtilization(
+            device.uuid, now, processes=tuple(processes), last_seen=newest, call=call
         )
 
     def _gpm_read(self, uuid: str, now: float) -> GpmMetrics | None:

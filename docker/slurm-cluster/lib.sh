@@ -11,6 +11,7 @@
 #   sim-nvml/<node>/driver/  the NVIDIA driver's procfs/sysfs entries (release beds' gpu1)
 #   bin/      gpu-load, sim-gpu   jobs/  world-writable working directory for test jobs
 #   node/     slurm-gpu node state (bindings, spool)
+# SLURM_GPU_BED_SHAPES=1 adds nodes gpu3 (MIG) and gpu4 (shards): shapes.sh.
 
 CLUSTER_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO_ROOT=$(cd "$CLUSTER_SRC/../.." && pwd)
@@ -36,6 +37,10 @@ NODE1_ADDR=${SLURM_GPU_NODE1_ADDR:-127.0.0.1}
 NODE2_HOST=${SLURM_GPU_NODE2_HOST:-localhost}
 NODE2_ADDR=${SLURM_GPU_NODE2_ADDR:-127.0.0.1}
 NODES="gpu1 gpu2"
+# The shapes bed's nodes gpu3 and gpu4 (SLURM_GPU_BED_SHAPES=1); nothing without it.
+# shellcheck source=shapes.sh
+. "$CLUSTER_SRC/shapes.sh"
+if shapes_on; then NODES="gpu1 gpu2 $SHAPE_NODES"; fi
 # Test-bed-only credentials: the database listens on loopback only.
 DB_SLURM_PASS=${SLURM_GPU_DB_SLURM_PASS:-slurmdb-testbed}
 DB_STORE_PASS=${SLURM_GPU_DB_STORE_PASS:-slurmgpu-testbed}
@@ -149,12 +154,15 @@ render_configs() {
     chown mysql:mysql "$STATE/mysql-run"
     make_gpu_devices
     hooks_lines
-    render slurm.conf.in | sed 's/\\n/\n/g' | release_conf_lines slurm.conf | write_if_changed "$STATE/etc/slurm.conf"
-    render gres.conf.in | write_if_changed "$STATE/etc/gres.conf"
+    shapes_prepare
+    render slurm.conf.in | sed 's/\\n/\n/g' | release_conf_lines slurm.conf | shapes_slurm_conf |
+        write_if_changed "$STATE/etc/slurm.conf"
+    shapes_gpu3_conf
+    render gres.conf.in | shapes_gres_conf | write_if_changed "$STATE/etc/gres.conf"
     render slurmdbd.conf.in | release_conf_lines slurmdbd.conf | write_if_changed "$STATE/etc/slurmdbd.conf"
     chown slurm:slurm "$STATE/etc/slurmdbd.conf"
     chmod 600 "$STATE/etc/slurmdbd.conf"
-    render slurm-gpu.toml.in | write_if_changed "$STATE/etc/slurm-gpu.toml"
+    render slurm-gpu.toml.in | shapes_toml | write_if_changed "$STATE/etc/slurm-gpu.toml"
     chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
     mailprog_config
 }
@@ -166,7 +174,7 @@ render_configs() {
 mailprog_config() {
     mkdir -p "$STATE/mail"
     chown slurm:slurm "$STATE/mail"
-    { render slurm-gpu.toml.in; printf '\n[mailprog]\noutbox_dir = "%s"\n' "$STATE/mail"; } |
+    { render slurm-gpu.toml.in | shapes_toml; printf '\n[mailprog]\noutbox_dir = "%s"\n' "$STATE/mail"; } |
         write_if_changed "$STATE/etc/slurm-gpu-mailprog.toml"
     chmod 644 "$STATE/etc/slurm-gpu-mailprog.toml"
 }
@@ -207,7 +215,10 @@ install_sim() {
     "$STATE/bin/sim-gpu" create --dir "$STATE/sim-nvml/gpu2" --node gpu2 \
         --model "NVIDIA H100 80GB HBM3" --memory-mib 81559 --count 4 --order 0,1,2,3 >/dev/null
     for n in $NODES; do
-        gpu_file_list | write_if_changed "$STATE/sim-nvml/$n/slurm-gres-files"
+        case "$n" in
+            gpu1 | gpu2) gpu_file_list ;;
+            *) shapes_gres_files "$n" ;;
+        esac | write_if_changed "$STATE/sim-nvml/$n/slurm-gres-files"
         chmod 644 "$STATE/sim-nvml/$n/slurm-gres-files"
     done
     # gpu1's driver view for AutoDetect=nvidia (release beds: mounted in its slurmd's namespace).
@@ -335,13 +346,18 @@ start_slurmd() {
     local node=$1
     is_running "slurmd-$node" && return 0
     in_root "$node"
-    spawn "slurmd-$node" "${IN_ROOT[@]}" /usr/sbin/slurmd -D -f "$SLURM_CONF" -N "$node"
+    spawn "slurmd-$node" "${IN_ROOT[@]}" /usr/sbin/slurmd -D -f "$(shapes_slurmd_conf "$node")" -N "$node"
 }
 
 wait_nodes_idle() {
     # shellcheck disable=SC2016 # the inner sh expands it, on every try.
     wait_for "nodes gpu1,gpu2 idle" 90 sh -c \
         '[ "$(sinfo -h -N -p gpu -t idle,mix,alloc -o %N | sort -u | wc -l)" -ge 2 ]'
+    if shapes_on; then
+        # shellcheck disable=SC2016 # the inner sh expands it, on every try.
+        wait_for "nodes gpu3,gpu4 idle" 90 sh -c \
+            '[ "$(sinfo -h -N -p shapes -t idle,mix,alloc -o %N | sort -u | wc -l)" -ge 2 ]'
+    fi
 }
 
 bootstrap_accounts() {
@@ -374,8 +390,11 @@ bootstrap_accounts() {
 }
 
 cluster_is_up() {
-    for d in mariadb postgres slurmdbd slurmctld slurmd-gpu1 slurmd-gpu2; do
+    for d in mariadb postgres slurmdbd slurmctld; do
         is_running "$d" || return 1
+    done
+    for n in $NODES; do
+        is_running "slurmd-$n" || return 1
     done
     scontrol ping >/dev/null 2>&1
 }
@@ -383,7 +402,10 @@ cluster_is_up() {
 stop_all() {
     local stopped=""
     # Compute nodes first, the database last; munge only if we started it.
-    for d in prometheus slurm-gpu-exporter slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 slurmd-gpu1 slurmd-gpu2 slurmctld slurmdbd postgres mariadb munge; do
+    # gpu3 and gpu4 (the shapes bed) whether or not SLURM_GPU_BED_SHAPES is set now.
+    for d in prometheus slurm-gpu-exporter slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 \
+        slurm-gpu-agent-gpu3 slurm-gpu-agent-gpu4 slurmd-gpu1 slurmd-gpu2 slurmd-gpu3 \
+        slurmd-gpu4 slurmctld slurmdbd postgres mariadb munge; do
         local pf
         pf=$(pidfile "$d")
         [ -f "$pf" ] || continue

@@ -45,7 +45,10 @@ http_ok() {
 }
 
 render_prometheus_config() {
-    local base=${SLURM_GPU_METRICS_PORT_BASE:-19900}
+    local base=${SLURM_GPU_METRICS_PORT_BASE:-19900} agents n
+    # Every node's agent (gpuN on base + N): gpu1 and gpu2, and the shapes bed's nodes.
+    agents=""
+    for n in ${NODES:-gpu1 gpu2}; do agents="$agents${agents:+, }\"127.0.0.1:$((base + ${n#gpu}))\""; done
     mkdir -p "$STATE/etc"
     # The shipped rules with test-bed windows: alerts within seconds, not hours.
     sed -E -e "s/^([[:space:]]*for:[[:space:]]*).*/\1$ALERT_FOR/" \
@@ -67,7 +70,7 @@ alerting:
 scrape_configs:
   - job_name: slurm-gpu-agents
     static_configs:
-      - targets: ["127.0.0.1:$((base + 1))", "127.0.0.1:$((base + 2))"]
+      - targets: [$agents]
   - job_name: slurm-gpu-exporter
     static_configs:
       - targets: ["127.0.0.1:$EXPORTER_PORT"]
@@ -169,7 +172,8 @@ start_exporter() {
     if is_running prometheus; then start_prometheus; fi
     is_running slurm-gpu-exporter && return 0
     [ -x "$venv/bin/slurm-gpu" ] || die "slurm-gpu is not installed in $venv (run scripts/install-deps)"
-    spawn slurm-gpu-exporter env SLURM_GPU_CONFIG="$STATE/etc/slurm-gpu.toml" \
+    spawn slurm-gpu-exporter env ${SLURM_GPU_PYTHONPATH:+PYTHONPATH="$SLURM_GPU_PYTHONPATH"} \
+        SLURM_GPU_CONFIG="$STATE/etc/slurm-gpu.toml" \
         SLURM_CONF="$SLURM_CONF" "$venv/bin/slurm-gpu" exporter \
         --listen "127.0.0.1:$EXPORTER_PORT"
     wait_for slurm-gpu-exporter 30 http_ok "http://127.0.0.1:$EXPORTER_PORT/metrics"

@@ -16,9 +16,10 @@ from slurm_gpu.config import (
 )
 from slurm_gpu.credentials import exposures
 from slurm_gpu.errors import ConfigError, GpuError
-from slurm_gpu.models import GpuDevice
+from slurm_gpu.models import GpuDevice, SlotKind
 from slurm_gpu.slurm.gpu_order import GpuOrder, slurm_gpu_order
 from slurm_gpu.slurm.gres import load_gres_node
+from slurm_gpu.slurm.mig_minors import MigMinors, load_mig_minors
 from slurm_gpu.slurm.runner import CommandRunner, SlurmCommands
 from slurm_gpu.slurm.version import describe_slurm
 
@@ -67,22 +68,40 @@ def nvml_devices() -> list[GpuDevice] | None:
 
 
 def gpu_order_lines(config: Config, node: str) -> tuple[list[str], GpuOrder | None]:
-    """Comment lines on how slurmd numbers `node`'s GPUs, and that order.
+    """Comment lines on how slurmd numbers `node`'s GPUs and MIG slots, and that order.
 
-    The order is None where there is no gres.conf here to check.
+    The order is None where there is no gres.conf here to check. [node] mig_minors is
+    read where it is here (a malformed one is a ConfigError); MIG slots are not numbered
+    without it.
     """
     path = Path(config.node.gres_conf)
     if not path.is_file():
         return [f"# gres.conf: {path} is not here: {node}'s GPU numbering not checked"], None
     devices = nvml_devices()
-    order = slurm_gpu_order(load_gres_node(path, node), devices)
+    minors_path = Path(config.node.mig_minors)
+    minors: MigMinors | None = load_mig_minors(minors_path) if minors_path.is_file() else None
+    order = slurm_gpu_order(load_gres_node(path, node), devices, mig_minors=minors)
     lines = [f"# gres.conf {path}, node {node}: {order.rule}"]
     if devices is None:
         lines.append("#   NVML is not available here: the GPUs themselves were not checked")
     elif not order.gpus and not order.problems:
         lines.append(f"#   no GPU of {node} is declared or detected")
     for gpu in order.gpus:
-        lines.append(f"#   Slurm GPU {gpu.index} = {gpu.path} {gpu.uuid or '(not listed by NVML)'}")
+        slot = gpu.slot
+        if slot is not None and slot.kind == SlotKind.MIG:
+            lines.append(
+                f"#   Slurm GPU {gpu.index} = MIG {slot.mig_profile} {slot.slot_id}"
+                f" ({slot.parent_uuid}, GI {slot.gpu_instance_id} CI {slot.compute_instance_id})"
+            )
+        else:
+            lines.append(
+                f"#   Slurm GPU {gpu.index} = {gpu.path} {gpu.uuid or '(not bound to a device)'}"
+            )
+    for share in order.shares:
+        lines.append(
+            f"#   Slurm GPU {share.index}: {share.count} {share.kind}"
+            f" ({share.uuid or 'not bound to a device'}), one is 1/{share.count} of the GPU"
+        )
     return lines, order
 
 

@@ -13,7 +13,15 @@ from slurm_gpu.cli.context import pass_app
 from slurm_gpu.cli.hetjob import het_components, het_header, het_leader
 from slurm_gpu.cli.sacct import echo_warnings
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.reports.jobview import Thresholds, job_timeline, notes, render_job, stale_nodes
+from slurm_gpu.reports.jobview import (
+    Thresholds,
+    job_timeline,
+    measurement_of,
+    notes,
+    render_job,
+    slot_of,
+    stale_nodes,
+)
 from slurm_gpu.reports.records import is_running, job_records
 from slurm_gpu.reports.runs import with_runs
 from slurm_gpu.reports.service import ReportEnv
@@ -90,6 +98,9 @@ def _view(
     gpm = {e.device.uuid: e.device.gpm_supported for e in inventory}
     for g in gpus:
         g["gpm_supported"] = gpm.get(str(g.get("gpu_uuid")))
+        if g.get("gpu_uuid"):  # the slot and how it was measured, in words (issue 14)
+            g["slot"] = slot_of(g)
+            g["measurement"] = measurement_of(g)
     limits = Thresholds(idle_percent=env.config.node.active_threshold_percent)
     stale = (
         stale_nodes(

@@ -26,7 +26,7 @@ from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthl
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.statements import build_statements, empty_note, write_statements
-from slurm_gpu.reports.summary import GROUP_KEYS, build_report, report_fields
+from slurm_gpu.reports.summary import GROUP_KEYS, build_report, has_slots, report_fields
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.timespec import format_sacct_time
 
@@ -117,7 +117,7 @@ def report_command(
     as_json: bool,
     as_csv: bool,
 ) -> None:
-    """GPU usage per users, accounts, partitions, nodes, gpu-models or the cluster.
+    """GPU usage per users, accounts, partitions, nodes, gpu-models, slots or the cluster.
 
     `slurm-gpu report monthly --month YYYY-MM --out DIR` writes the monthly report
     (index.html and CSV files); see `slurm-gpu report monthly --help`.
@@ -128,7 +128,10 @@ def report_command(
     wait (mean, p95), the GPM figures of Hopper and newer GPUs (SM activity, occupancy,
     tensor activity, DRAM bandwidth over the GPU-hours GPM measured, effective GPU-hours
     and the share GPM measured; blank where nothing was), and the top users by idle
-    GPU-hours. With [cost] charge = "effective", IdleHeldCost is priced apart. The
+    GPU-hours. `slots` groups by GPU model and slot ("H100 MIG 1g.10gb", "A100 shard");
+    where a row is a MIG slice or a share, GPUHours are slot-hours held and PhysGPUHours
+    the physical GPU-hours (share x slot-hours). With [cost] charge = "effective",
+    IdleHeldCost is priced apart. The
     period defaults to the month so far; usage is counted inside the period only. You
     see only the jobs you may see (your own, your coordinated accounts', or all for
     admins).
@@ -136,16 +139,18 @@ def report_command(
     mode = output_mode(parsable2, parsable, as_json, as_csv)
     env = app.report_env
     group = GROUP_KEYS[kind]
-    fields = report_fields(env.config.cost.currency, group, env.config.cost.charge)
-    try:
-        columns = parse_format(fmt or ",".join(fields), fields)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
     since, until = _period(env, starttime, endtime, month)
     selection = JobFilter(
         users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
     )
     usage = env.usage(since, until, selection)
+    # PhysGPUHours (share x slot-hours) wherever a row is a MIG slice or a share.
+    slots = group == "slot" or has_slots(usage.gpus)
+    fields = report_fields(env.config.cost.currency, group, env.config.cost.charge, slots)
+    try:
+        columns = parse_format(fmt or ",".join(fields), fields)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
     try:
         report = build_report(

@@ -138,6 +138,13 @@ class NodeSettings:
         default=Path("/etc/slurm/gres.conf"),
         metadata=doc("Slurm's gres.conf, read to map GPU device files to GPUs."),
     )
+    mig_minors: Path = field(
+        default=Path("/proc/driver/nvidia-caps/mig-minors"),
+        metadata=doc(
+            "The NVIDIA driver's mig-minors file, read to tie gres.conf's MultipleFiles="
+            " (MIG) device files to MIG devices."
+        ),
+    )
     active_threshold_percent: float = field(
         default=5.0,
         metadata=doc(

@@ -13,6 +13,7 @@ from slurm_gpu.durations import Duration
 
 CostUnit = Literal["gpu_hour", "gpu_mem_hour", "job_hour"]
 CostCharge = Literal["held", "effective"]
+SlotPrice = Literal["share", "whole"]
 
 
 def _check_currency(text: str) -> str | None:
@@ -52,7 +53,8 @@ class CostSettings:
         default_factory=dict,
         metadata=doc(
             "Price per unit by GPU model; a key matches a model whose name contains it "
-            '(case-insensitive, longest key wins): { a100 = 2.5, "H100 80GB" = 4.0 }.',
+            '(case-insensitive, longest key wins): { a100 = 2.5, "H100 80GB" = 4.0 }. A key '
+            '"model:profile" prices a MIG slice of that profile: { "h100:1g.10gb" = 0.7 }.',
             check=_check_prices,
         ),
     )
@@ -67,6 +69,16 @@ class CostSettings:
             "is the measured part x SM activity, and the measured but unused rest is priced "
             "apart as IdleHeldCost (not added to Cost); GPU time GPM did not measure (older "
             "GPUs, readings missing) is charged as held, and reports say it was not measured."
+        ),
+    )
+    slot_price: SlotPrice = field(
+        default="share",
+        metadata=doc(
+            '"share": a MIG slice without its own "model:profile" price costs its share of '
+            "its GPU's price (compute slices / the GPU's, 1/7 for a 1g.10gb slice of an "
+            "H100), a gres/shard or gres/mps share its share (shards held / the GPU's), so "
+            'slices held together bill as the physical GPU-hours. "whole": every slot costs '
+            "its GPU's full price. GPU-memory-hours are never scaled by the share."
         ),
     )
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
-from slurm_gpu.models import GpuDevice, GpuProcess
+from slurm_gpu.models import GpuDevice, GpuProcess, MigDevice
 
 
 class UtilSample(NamedTuple):
@@ -42,6 +42,9 @@ class GpmMetrics(NamedTuple):
     pcie_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_PCIE_RX_PER_SEC
     nvlink_tx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC
     nvlink_rx_mib_per_s: float | None = None  # NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC
+    # NVML_GPM_METRIC_GRAPHICS_UTIL: the share of time any kernel ran (a MIG slice's
+    # utilization, where NVML's utilization calls answer NOT_SUPPORTED; issue #14)
+    graphics_active_percent: float | None = None
 
     @property
     def seconds(self) -> float:
@@ -73,6 +76,53 @@ class GpuSnapshot:
     gpm: GpmMetrics | None = None
 
 
+@dataclass(frozen=True)
+class MigSnapshot:
+    """One MIG device read at one moment; None where NVML could not say.
+
+    `gpm` holds its GPU instance's GPM metrics since the previous MIG snapshot of that
+    instance (`nvmlGpmMigSampleGet`, Hopper+); None on Ampere (NOT_SUPPORTED) or at the
+    first sample. `error` names why it could not be read at all.
+    """
+
+    uuid: str
+    time: float
+    mem_used_bytes: int | None = None
+    mem_total_bytes: int | None = None
+    processes: tuple[GpuProcess, ...] | None = None
+    gpm: GpmMetrics | None = None
+    error: str | None = None
+
+
+class ProcessUtil(NamedTuple):
+    """One process's share of a GPU over a window (per-process utilization)."""
+
+    pid: int
+    sm_util_percent: float  # mean over the window's samples of this process
+    mem_util_percent: float | None
+    sample_count: int
+
+
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """Per-process utilization of one GPU since the caller's last read.
+
+    `processes` are the processes NVML sampled in (since, time]; `last_seen` is the
+    newest sample's timestamp, to pass back next time. `error` names why it could not be
+    read (NOT_SUPPORTED in MIG mode, FUNCTION_NOT_FOUND...): then nothing is known of
+    any process on that GPU, which is unknown, never idle. `call` names the NVML call
+    that answered ("nvmlDeviceGetProcessesUtilizationInfo" or the older
+    "nvmlDeviceGetProcessUtilization").
+    """
+
+    uuid: str
+    time: float
+    processes: tuple[ProcessUtil, ...] = ()
+    last_seen: float = 0.0
+    call: str = ""
+    error: str | None = None
+
+
 class GpuSource(Protocol):
     """What the agent needs from the GPUs of its node."""
 
@@ -82,6 +132,14 @@ class GpuSource(Protocol):
 
     def snapshot(self, device: GpuDevice, samples_since: float) -> GpuSnapshot:
         """Reads one GPU; never raises for a per-GPU fault (it sets `error` instead)."""
+        ...
+
+    def mig_snapshot(self, device: GpuDevice, mig: MigDevice) -> MigSnapshot:
+        """Reads one MIG device of `device`; never raises for a per-device fault."""
+        ...
+
+    def process_utilization(self, device: GpuDevice, since: float) -> ProcessUtilization:
+        """Per-process utilization of `device` newer than `since` (a POSIX time)."""
         ...
 
     def close(self) -> None:

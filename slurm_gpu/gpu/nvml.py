@@ -10,6 +10,18 @@ previous snapshot's sample, so the windows tile time and nothing between reads i
 (https://docs.nvidia.com/deploy/nvml-api/group__nvmlGpmFunctions.html). Two samples per GPU
 are allocated once and used in turn. A GPU without GPM (Ampere and older answer
 NVML_ERROR_NOT_SUPPORTED) gets `gpm=None`: unknown, never 0%.
+
+MIG (issue #14, docs/design/gpu-slots.md): devices() lists each MIG-mode GPU's MIG devices
+(UUID, GPU and compute instance ids, profile, slices). In MIG mode NVML answers
+NOT_SUPPORTED to utilization, so a MIG-mode GPU's snapshot has no utilization samples
+(unknown, never 0%), and a MIG device is measured by mig_snapshot(): its memory, its
+processes and (Hopper and newer) the GPM metrics of its GPU instance, from two samples of
+its own (`nvmlGpmMigSampleGet`) used in turn as for a whole GPU.
+
+Per-process utilization (shards, MPS): process_utilization() asks
+`nvmlDeviceGetProcessesUtilizationInfo` (R550+) and falls back to
+`nvmlDeviceGetProcessUtilization` only where the new call does not exist: from R580 the old
+one answers smUtil 0.
 """
 
 from __future__ import annotations
@@ -17,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import math
+import re
 import struct
 import time
 from collections.abc import Callable
@@ -25,8 +39,15 @@ from typing import Any, TypeVar
 import pynvml
 
 from slurm_gpu.errors import GpuError
-from slurm_gpu.gpu import GpmMetrics, GpuSnapshot, UtilSample
-from slurm_gpu.models import GpuDevice, GpuProcess
+from slurm_gpu.gpu import (
+    GpmMetrics,
+    GpuSnapshot,
+    MigSnapshot,
+    ProcessUtil,
+    ProcessUtilization,
+    UtilSample,
+)
+from slurm_gpu.models import GpuDevice, GpuProcess, MigDevice
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +57,18 @@ _GPU_GONE = (
     pynvml.NVML_ERROR_GPU_IS_LOST,
     getattr(pynvml, "NVML_ERROR_GPU_NOT_FOUND", 28),
 )
+# Errors that mean "this GPU (or driver) has no such feature": logged at info, once.
+_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+# The two per-process utilization calls, by the names ProcessUtilization.call reports.
+_PROCESS_UTIL_NEW = "nvmlDeviceGetProcessesUtilizationInfo"  # R550+
+_PROCESS_UTIL_OLD = "nvmlDeviceGetProcessUtilization"  # answers smUtil 0 from R580
+
+# A MIG device's profile from its name, "NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb"
+# (Slurm's _handle_mig takes what follows "mig_" in the lower-cased, underscored name);
+# its compute slices from the profile: "3g.40gb" -> 3, a compute instance's "1c.3g.40gb" -> 1.
+_MIG_NAME = re.compile(r"(?:^|[\s_-])mig[\s_]+(\S+)\s*$", re.IGNORECASE)
+_PROFILE_SLICES = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
 
 
 # The GPM metrics read, in nvmlGpmMetricsGet_t.metrics order, and the GpmMetrics field
@@ -52,6 +85,7 @@ _GPM_METRICS: tuple[tuple[int, str], ...] = (
     (pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC, "pcie_rx_mib_per_s"),
     (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC, "nvlink_tx_mib_per_s"),
     (pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC, "nvlink_rx_mib_per_s"),
+    (pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL, "graphics_active_percent"),
 )
 _GPM_FIELDS = tuple(name for _, name in _GPM_METRICS)
 _GPM_ALL_MEASURED = (pynvml.NVML_SUCCESS,) * len(_GPM_METRICS)  # each metric's nvmlReturn
@@ -121,6 +155,11 @@ class NvmlSource:
         self._logged: set[tuple[str, str, int]] = set()
         self._handles: dict[str, Any] = {}
         self._gpm: dict[str, _Gpm] = {}  # uuid -> its GPM samples (GPUs with GPM only)
+        # MIG uuid -> its GPU instance's GPM samples (allocated at its first mig_snapshot on
+        # a GPU with GPM); MIG uuids whose GPU instance answered no GPM (never asked again)
+        self._mig_gpm: dict[str, _Gpm] = {}
+        self._mig_gpm_off: set[str] = set()
+        self._process_util_old = False  # the driver lacks nvmlDeviceGetProcessesUtilizationInfo
         self._per_field: set[str] = set()  # uuids read field by field (_all_fields)
         self._closed = False
         try:
@@ -133,11 +172,10 @@ class NvmlSource:
         if self._closed:
             return
         self._closed = True
-        for gpm in self._gpm.values():
-            for sample in gpm.samples:
-                with contextlib.suppress(pynvml.NVMLError):
-                    pynvml.nvmlGpmSampleFree(sample)
+        for gpm in (*self._gpm.values(), *self._mig_gpm.values()):
+            _free(gpm.samples)
         self._gpm.clear()
+        self._mig_gpm.clear()
         with contextlib.suppress(pynvml.NVMLError):
             pynvml.nvmlShutdown()
 
@@ -146,7 +184,11 @@ class NvmlSource:
         return str(pynvml.nvmlSystemGetDriverVersion())
 
     def devices(self) -> list[GpuDevice]:
-        """Every GPU NVML enumerates; a GPU that fails to describe itself is skipped."""
+        """Every GPU NVML enumerates; a GPU that fails to describe itself is skipped.
+
+        A GPU in MIG mode lists its MIG devices (`mig_devices`); a MIG device that fails
+        to describe itself is skipped as Slurm's AutoDetect skips it.
+        """
         found: list[GpuDevice] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             try:
@@ -154,6 +196,7 @@ class NvmlSource:
                 uuid = str(pynvml.nvmlDeviceGetUUID(handle))
                 memory = self._memory(uuid, handle)
                 gpm = self._gpm_setup(uuid, handle)
+                mig_enabled, migs = self._mig_devices(uuid, handle)
                 found.append(
                     GpuDevice(
                         uuid=uuid,
@@ -163,6 +206,8 @@ class NvmlSource:
                         pci_bus_id=str(pynvml.nvmlDeviceGetPciInfo(handle).busId),
                         memory_total_bytes=None if memory is None else int(memory.total),
                         gpm_supported=gpm,
+                        mig_enabled=mig_enabled,
+                        mig_devices=migs,
                     )
                 )
                 self._handles[uuid] = handle
@@ -187,8 +232,13 @@ class NvmlSource:
                 if uuid in self._per_field
                 else self._all_fields(uuid, handle)
             )
-            samples = self._samples(uuid, handle, samples_since)
-            gpm = self._gpm_read(uuid, handle, now) if uuid in self._gpm else None
+            # In MIG mode NVML answers NOT_SUPPORTED to utilization: no samples, unknown.
+            samples = () if device.mig_enabled else self._samples(uuid, handle, samples_since)
+            gpm = (
+                self._gpm_read(uuid, self._gpm[uuid], handle, None, now)
+                if uuid in self._gpm
+                else None
+            )
         except (pynvml.NVMLError, _GpuLost) as exc:
             self._log_once(device.uuid, "snapshot", exc)
             if device.uuid in self._gpm:  # a lost GPU's counters start again when it returns
@@ -204,14 +254,229 @@ class NvmlSource:
             energy_joules=None if energy_mj is None else energy_mj / 1000.0,
             temperature_celsius=None if temperature is None else float(temperature),
             ecc_errors_total=None if ecc is None else int(ecc),
-            processes=None
-            if processes is None
-            else tuple(
-                GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_or_none(p.usedGpuMemory))
-                for p in processes
-            ),
+            processes=None if processes is None else _processes(processes),
             gpm=gpm,
         )
+
+    def mig_snapshot(self, device: GpuDevice, mig: MigDevice) -> MigSnapshot:
+        """Reads one MIG device of `device` (`nvidia-smi -q -d MEMORY,PIDS` on it).
+
+        Its memory and processes from its own handle; on a GPU with GPM (Hopper and newer)
+        the GPM metrics of its GPU instance since its previous mig_snapshot (None at the
+        first, and on a GPU without GPM: memory only). Never raises for a per-device fault.
+        """
+        now = self._clock()
+        try:
+            handle = self._handle(mig.uuid)
+            memory = self._memory(mig.uuid, handle)
+            processes = self._field(
+                mig.uuid, "processes", lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            )
+            gpm = self._mig_gpm_read(device, mig, now)
+        except (pynvml.NVMLError, _GpuLost) as exc:
+            self._log_once(mig.uuid, "MIG snapshot", exc)
+            if mig.uuid in self._mig_gpm:  # its counters start again when it returns
+                self._mig_gpm[mig.uuid].newest = None
+            return MigSnapshot(uuid=mig.uuid, time=now, error=str(exc))
+        return MigSnapshot(
+            uuid=mig.uuid,
+            time=now,
+            mem_used_bytes=None if memory is None else int(memory.used),
+            mem_total_bytes=None if memory is None else int(memory.total),
+            processes=None if processes is None else _processes(processes),
+            gpm=gpm,
+        )
+
+    def process_utilization(self, device: GpuDevice, since: float) -> ProcessUtilization:
+        """Per-process utilization of `device` sampled after `since` (POSIX seconds).
+
+        `nvmlDeviceGetProcessesUtilizationInfo` (R550+); `nvmlDeviceGetProcessUtilization`
+        only once the first answered FUNCTION_NOT_FOUND (an older driver), never where the
+        new call exists (from R580 the old one answers smUtil 0). Each process's samples in
+        the window are averaged. NOT_FOUND (no sample newer than `since`) is no process
+        sampled, not an error; any other failure (NOT_SUPPORTED in MIG mode, a lost GPU)
+        sets `error`: nothing is known of that GPU's processes.
+        """
+        now = self._clock()
+        try:
+            raw = self._process_samples(self._handle(device.uuid), int(since * 1e6))
+        except pynvml.NVMLError as exc:
+            call = _PROCESS_UTIL_OLD if self._process_util_old else _PROCESS_UTIL_NEW
+            if exc.value in (pynvml.NVML_ERROR_NOT_FOUND, pynvml.NVML_SUCCESS):
+                # NOT_FOUND: nothing newer than `since`; pynvml raises SUCCESS when the size
+                # query finds no sample at all
+                return ProcessUtilization(device.uuid, now, last_seen=since, call=call)
+            self._log_once(device.uuid, call, exc)
+            return ProcessUtilization(device.uuid, now, last_seen=since, call=call, error=str(exc))
+        call = _PROCESS_UTIL_OLD if self._process_util_old else _PROCESS_UTIL_NEW
+        sm: dict[int, list[float]] = {}
+        mem: dict[int, list[float]] = {}
+        newest = since
+        for sample in raw:
+            stamp = sample.timeStamp / 1e6
+            if stamp <= since:
+                continue
+            pid = int(sample.pid)
+            sm.setdefault(pid, []).append(float(sample.smUtil))
+            mem.setdefault(pid, []).append(float(sample.memUtil))
+            newest = max(newest, stamp)
+        return ProcessUtilization(
+            device.uuid,
+            now,
+            processes=tuple(
+                ProcessUtil(
+                    pid, sum(sm[pid]) / len(sm[pid]), sum(mem[pid]) / len(mem[pid]), len(sm[pid])
+                )
+                for pid in sorted(sm)
+            ),
+            last_seen=newest,
+            call=call,
+        )
+
+    def _process_samples(self, handle: Any, last_seen_us: int) -> list[Any]:
+        """The per-process samples newer than `last_seen_us`, from the newest call there is."""
+        if not self._process_util_old:
+            try:
+                return _sized(
+                    lambda: pynvml.nvmlDeviceGetProcessesUtilizationInfo(handle, last_seen_us)
+                )
+            except pynvml.NVMLError as exc:
+                if exc.value != pynvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+                    raise
+                self._process_util_old = True
+                log.info(
+                    "NVML has no %s (a driver before R550): per-process utilization is read"
+                    " with %s",
+                    _PROCESS_UTIL_NEW,
+                    _PROCESS_UTIL_OLD,
+                )
+        return _sized(lambda: pynvml.nvmlDeviceGetProcessUtilization(handle, last_seen_us))
+
+    def _handle(self, uuid: str) -> Any:
+        """The NVML handle of a GPU or MIG device, looked up by UUID once."""
+        handle = self._handles.get(uuid) or pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        self._handles[uuid] = handle
+        return handle
+
+    def _mig_devices(self, uuid: str, handle: Any) -> tuple[bool, tuple[MigDevice, ...]]:
+        """Whether the GPU is in MIG mode (its current mode), and then its MIG devices.
+
+        A GPU that cannot do MIG answers NOT_SUPPORTED (a driver without MIG,
+        FUNCTION_NOT_FOUND): not in MIG mode, nothing logged. A pending mode is not the
+        current one until the GPU is reset. Indexes without a MIG device (NOT_FOUND) are
+        passed over; the rest are described as Slurm's `_handle_mig` does.
+        """
+        try:
+            current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_GONE:
+                raise _GpuLost(str(exc)) from exc
+            if exc.value not in _ABSENT:
+                self._log_once(uuid, "MIG mode", exc)
+            return False, ()
+        if current != pynvml.NVML_DEVICE_MIG_ENABLE:
+            return False, ()
+        count = self._field(
+            uuid, "MIG device count", lambda: pynvml.nvmlDeviceGetMaxMigDeviceCount(handle)
+        )
+        # As many MIG devices as the GPU has compute slices at most (7 on A100/H100/H200)
+        max_slices = int(count) if count else 7
+        migs: list[MigDevice] = []
+        for index in range(int(count or 0)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+                migs.append(self._describe_mig(uuid, mig, index, max_slices))
+            except pynvml.NVMLError as exc:
+                if exc.value in _GPU_GONE:
+                    raise _GpuLost(str(exc)) from exc
+                if exc.value != pynvml.NVML_ERROR_NOT_FOUND:
+                    self._log_once(uuid, f"MIG device {index}", exc)
+            except ValueError as exc:
+                self._log_once(uuid, f"MIG device {index}", exc)
+        if not migs and (uuid, "no MIG devices", 0) not in self._logged:
+            self._logged.add((uuid, "no MIG devices", 0))
+            log.warning("GPU %s is in MIG mode but has no MIG devices", uuid)
+        return True, tuple(migs)
+
+    def _describe_mig(self, parent: str, mig: Any, index: int, max_slices: int) -> MigDevice:
+        """One MIG device: its UUID, GI and CI ids, profile, slices and memory."""
+        uuid = str(pynvml.nvmlDeviceGetUUID(mig))
+        gpu_instance = int(pynvml.nvmlDeviceGetGpuInstanceId(mig))
+        compute_instance = int(pynvml.nvmlDeviceGetComputeInstanceId(mig))
+        profile, slices = self._mig_profile(uuid, mig)
+        memory = self._memory(uuid, mig)
+        self._handles[uuid] = mig
+        return MigDevice(
+            uuid=uuid,
+            parent_uuid=parent,
+            mig_index=index,
+            gpu_instance_id=gpu_instance,
+            compute_instance_id=compute_instance,
+            profile=profile,
+            slices=slices,
+            max_slices=max_slices,
+            memory_total_bytes=None if memory is None else int(memory.total),
+        )
+
+    def _mig_profile(self, uuid: str, mig: Any) -> tuple[str, int]:
+        """(profile, compute slices) of a MIG device, as Slurm's `_handle_mig` names it.
+
+        From its name ("NVIDIA H100 80GB HBM3 MIG 1g.10gb" -> "1g.10gb"); failing that,
+        from its attributes (`nvmlDeviceGetAttributes`): "<g>g.<memory GB rounded up>gb",
+        "<c>c." in front when the compute instance has fewer slices than its GPU instance.
+        ValueError when neither says (the device is skipped).
+        """
+        name = self._field(uuid, "name", lambda: str(pynvml.nvmlDeviceGetName(mig))) or ""
+        found = _MIG_NAME.search(name)
+        if found and (slices := _profile_slices(found[1].lower())):
+            return found[1].lower(), slices
+        try:
+            attributes = pynvml.nvmlDeviceGetAttributes(mig)
+        except pynvml.NVMLError as exc:
+            raise ValueError(f"no profile in its name {name!r}, no attributes ({exc})") from exc
+        gi_slices = int(attributes.gpuInstanceSliceCount)
+        ci_slices = int(attributes.computeInstanceSliceCount)
+        if ci_slices <= 0:
+            raise ValueError(f"no profile in its name {name!r}, no compute slices")
+        profile = (f"{ci_slices}c." if ci_slices != gi_slices else "") + (
+            f"{gi_slices}g.{math.ceil(int(attributes.memorySizeMB) / 1024)}gb"
+        )
+        return profile, ci_slices
+
+    def _mig_gpm_read(self, device: GpuDevice, mig: MigDevice, now: float) -> GpmMetrics | None:
+        """GPM of the MIG device's GPU instance since its previous read (Hopper and newer).
+
+        Only on a GPU with GPM (devices() set it up). Its two samples are allocated at its
+        first read and used in turn. NOT_SUPPORTED (or no such call) turns GPM off for this
+        MIG device for good, logged once; other failures are logged once and retried.
+        """
+        if device.uuid not in self._gpm or mig.uuid in self._mig_gpm_off:
+            return None
+        gpm = self._mig_gpm.get(mig.uuid)
+        if gpm is None:
+            samples: list[Any] = []
+            try:
+                for _ in range(2):
+                    samples.append(pynvml.nvmlGpmSampleAlloc())
+            except pynvml.NVMLError as exc:
+                _free(samples)
+                self._mig_gpm_off.add(mig.uuid)
+                self._log_gpm_off(mig.uuid, f"nvmlGpmSampleAlloc: {exc}")
+                return None
+            gpm = self._mig_gpm[mig.uuid] = _Gpm((samples[0], samples[1]))
+        parent = self._handle(device.uuid)
+        try:
+            return self._gpm_read(mig.uuid, gpm, parent, mig.gpu_instance_id, now)
+        except pynvml.NVMLError as exc:
+            if exc.value in _GPU_GONE:
+                raise _GpuLost(str(exc)) from exc
+            if exc.value in _ABSENT:
+                _free(self._mig_gpm.pop(mig.uuid).samples)
+                self._mig_gpm_off.add(mig.uuid)
+                self._log_gpm_off(mig.uuid, f"nvmlGpmMigSampleGet: {exc}")
+            else:
+                self._log_once(mig.uuid, "gpm-sample", exc)
+            return None
 
     def _all_fields(self, uuid: str, handle: Any) -> tuple[Any, ...]:
         """The point readings of a GPU that answers them all: one call each, as a bare loop.
@@ -306,9 +571,7 @@ class NvmlSource:
             for _ in range(2):
                 samples.append(pynvml.nvmlGpmSampleAlloc())
         except pynvml.NVMLError as exc:
-            for sample in samples:
-                with contextlib.suppress(pynvml.NVMLError):
-                    pynvml.nvmlGpmSampleFree(sample)
+            _free(samples)
             self._log_gpm_off(uuid, f"nvmlGpmSampleAlloc: {exc}")
             return False
         self._gpm[uuid] = _Gpm((samples[0], samples[1]))
@@ -324,20 +587,27 @@ class NvmlSource:
                 why,
             )
 
-    def _gpm_read(self, uuid: str, handle: Any, now: float) -> GpmMetrics | None:
-        """One GPM sample (`nvmlGpmSampleGet`), and the metrics since the previous one.
+    def _gpm_read(
+        self, uuid: str, gpm: _Gpm, handle: Any, gpu_instance: int | None, now: float
+    ) -> GpmMetrics | None:
+        """One GPM sample, and the metrics since the previous one.
 
-        None for the first sample, and when a call fails (logged once); after a failed
-        sample the previous one is kept, so the next window spans both reads.
+        `nvmlGpmSampleGet` of the GPU, or `nvmlGpmMigSampleGet` of one of its GPU
+        instances when `gpu_instance` is given (on the parent's handle). None for the first
+        sample, and when a call fails (logged once); after a failed sample the previous one
+        is kept, so the next window spans both reads. Raises NVMLError for a failed
+        instance sample (the caller decides), _GpuLost for a lost GPU.
         """
-        gpm = self._gpm[uuid]
         target = 1 if gpm.newest == 0 else 0
         sample = gpm.samples[target]
-        try:
-            pynvml.nvmlGpmSampleGet(handle, sample)
-        except pynvml.NVMLError as exc:
-            self._unanswered(uuid, "gpm-sample", exc)
-            return None
+        if gpu_instance is not None:
+            pynvml.nvmlGpmMigSampleGet(handle, gpu_instance, sample)
+        else:
+            try:
+                pynvml.nvmlGpmSampleGet(handle, sample)
+            except pynvml.NVMLError as exc:
+                self._unanswered(uuid, "gpm-sample", exc)
+                return None
         previous, previous_time = gpm.newest, gpm.newest_time
         gpm.newest, gpm.newest_time = target, now
         if previous is None or now <= previous_time:
@@ -384,6 +654,36 @@ class NvmlSource:
         if (where, what, code) not in self._logged:
             self._logged.add((where, what, code))
             log.warning("NVML %s on GPU %s: %s (further occurrences not logged)", what, where, exc)
+
+
+def _processes(raw: Any) -> tuple[GpuProcess, ...]:
+    """NVML's compute processes, as GpuProcess."""
+    return tuple(
+        GpuProcess(pid=int(p.pid), used_memory_bytes=_memory_or_none(p.usedGpuMemory)) for p in raw
+    )
+
+
+def _profile_slices(profile: str) -> int:
+    """A MIG profile's compute slices: "3g.40gb" -> 3, "1c.3g.40gb" -> 1; 0 if none."""
+    found = _PROFILE_SLICES.match(profile)
+    return int(found[1] or found[2]) if found else 0
+
+
+def _sized(read: Callable[[], list[Any]]) -> list[Any]:
+    """A pynvml two-call read, once more when a process appeared between its two calls."""
+    try:
+        return read()
+    except pynvml.NVMLError as exc:
+        if exc.value != pynvml.NVML_ERROR_INSUFFICIENT_SIZE:
+            raise
+        return read()
+
+
+def _free(samples: Any) -> None:
+    """nvmlGpmSampleFree of each sample (a failure frees nothing more to worry about)."""
+    for sample in samples:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlGpmSampleFree(sample)
 
 
 def _memory_or_none(value: int) -> int | None:

@@ -9,6 +9,18 @@ Each tick:
    on its own),
 4. queues the node's inventory with its lost GPUs (those it cannot read at all) at the
    first tick and whenever that set changes, for the controller's hot_node policy.
+
+GPU slots (issue 14, docs/design/gpu-slots.md). A Slurm index binds a slot
+(`GpuOrder.index_slot`): a whole GPU, or a MIG slice. A GPU in MIG mode is never
+measured as a whole GPU for a job (NVML has no utilization samples of it): each of its
+MIG devices is read (`mig_snapshot`) and measured as its own slot, by the GPM of its GPU
+instance (Hopper+: utilization = graphics activity) or by memory only (Ampere:
+utilization unknown, never 0). A GPU held by shares (a job with gres/shard or gres/mps,
+`JobSpan.shards`) is measured per process: each job's share is the sum of its own
+processes' smUtil; a job without a process there is idle, a failed read unknown. Every
+GPU's own totals (power, energy, temperature, ECC, memory) go out per period as a
+physical interval: a whole GPU's from its period rows when they are sealed (no work a
+tick), a GPU in MIG mode or shared from its own read.
 Shipping to the store happens elsewhere (shipper.py), so a store outage never stops this.
 """
 
@@ -26,9 +38,22 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from slurm_gpu.activity import is_active
-from slurm_gpu.gpu import GpuSnapshot, GpuSource
-from slurm_gpu.models import Binding, GpuActivity, GpuDevice, JobEvent, JobGpuSummary, LostGpu
-from slurm_gpu.node.attribution import JobSpan, period_start, split_window
+from slurm_gpu.errors import SlurmError
+from slurm_gpu.gpu import GpuSnapshot, GpuSource, MigSnapshot
+from slurm_gpu.models import (
+    Binding,
+    GpuActivity,
+    GpuDevice,
+    GpuSlot,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+    LostGpu,
+    Measurement,
+    MigDevice,
+    SlotKind,
+)
+from slurm_gpu.node.attribution import JobSpan, Piece, gpm_span, period_start, split_window
 from slurm_gpu.node.hookfiles import (
     UNKNOWN_INDEX,
     BindingFile,
@@ -36,10 +61,11 @@ from slurm_gpu.node.hookfiles import (
     read_binding_files,
     read_events,
 )
-from slurm_gpu.node.outbox import fields_of
+from slurm_gpu.node.outbox import device_fields, fields_of
 from slurm_gpu.node.spool import PieceBatch, Spool
 from slurm_gpu.slurm.gpu_order import slurm_gpu_order
 from slurm_gpu.slurm.gres import GresGpuFile, GresNode
+from slurm_gpu.slurm.mig_minors import MigMinors
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +154,11 @@ class NodeAgent:
         clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job); default
             `job_of_pid` with the SLUIDs of the jobs bound here.
         stat: os.stat, for resolving device minors.
+        mig_minors: the driver's mig-minors ([node] mig_minors), which numbers gres.conf's
+            MIG lines; None: no MIG slot is numbered.
+        job_shares: job id -> (kind, count) of the gres/shard or gres/mps units it holds
+            on this node, or None (scontrol -d show job); asked once when a job starts on
+            a GPU gres.conf cuts into shares, as the prolog cannot tell. None: never asked.
     """
 
     def __init__(
@@ -145,6 +176,8 @@ class NodeAgent:
         clock: Callable[[], float] = time.time,
         pid_job: Callable[[int], int | None] | None = None,
         stat: Callable[[str], os.stat_result] = os.stat,
+        mig_minors: MigMinors | None = None,
+        job_shares: Callable[[int], tuple[str, int] | None] | None = None,
     ) -> None:
         self.node = node
         self.node_dir = node_dir
@@ -156,21 +189,39 @@ class NodeAgent:
         self.sm_active_threshold = sm_active_threshold
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
+        self.job_shares = job_shares
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
         self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
         self.devices: list[GpuDevice] = source.devices()
+        # GPUs and MIG devices NVML lists (a MIG UUID is a slot id CUDA_VISIBLE_DEVICES names)
         self._nvml_uuids = {d.uuid for d in self.devices}
+        self._migs: dict[str, tuple[GpuDevice, MigDevice]] = {
+            m.uuid: (d, m) for d in self.devices for m in d.mig_devices
+        }
+        self._nvml_uuids |= set(self._migs)
         self._uuid_warned: set[tuple[int, str]] = set()  # (job, uuid) logged as unbindable
         # Slurm index -> NVML device, numbered as slurmd numbers them (gpu_order).
         self.gpu_order = slurm_gpu_order(
             gres if isinstance(gres, GresNode) else GresNode.listing(node, gres),
             self.devices,
             stat,
+            mig_minors,
         )
         for problem in self.gpu_order.problems:
             log.error("%s", problem)
         self.index_uuid: dict[int, str] = self.gpu_order.index_uuid()
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
+        # Slurm index -> the slot it binds (a whole GPU, a MIG slice)
+        self.index_slot: dict[int, GpuSlot] = self.gpu_order.index_slot()
+        # (kind, Slurm index) -> shards (or mps) configured on that GPU (gres.conf)
+        self._capacity = {(c.kind, c.index): c for c in self.gpu_order.shares}
+        self._shared: set[int] = set()  # Slurm indices shares hold this tick
+        self._slotted: set[str] = set()  # GPUs with slot rows (MIG, shares) in the spool
+        self._proc_seen: dict[str, float] = {}  # uuid: newest per-process sample read
+        self._slot_warned: set[str] = set()  # slot or GPU ids whose fault was logged
+        self._mig_gpm: set[str] = set()  # MIG devices that gave GPM metrics
+        # (job, restart, GPU uuid) -> memory of a share's processes at its last read
+        self._share_mem: dict[tuple[int, int, str], int | None] = {}
         self._warned_pids: set[tuple[str, int]] = set()
         self._last_active: dict[tuple[int, int, str], float] = {}  # (job, restart, uuid)
         self._last_sm_active: dict[tuple[int, int, str], float] = {}  # the same, by GPM
@@ -190,8 +241,11 @@ class NodeAgent:
         self._lost: dict[str, LostGpu] = {}
         self._lost_reported: dict[str, LostGpu] | None = None  # None: not yet this run
         started = clock()
+        minors = {d.minor for d in self.devices}
         for gpu in self.gpu_order.gpus:
-            if gpu.uuid is None and gpu.minor is not None:
+            # A GPU NVML lists but gres.conf's line cannot bind (a whole GPU in MIG mode, a
+            # MIG line mig-minors does not know) is a problem logged above, not a lost GPU.
+            if gpu.uuid is None and gpu.minor is not None and gpu.minor not in minors:
                 reason = (
                     f"gres.conf GPU {gpu.index} (/dev/nvidia{gpu.minor}) is not among NVML's GPUs"
                 )
@@ -221,8 +275,10 @@ class NodeAgent:
         try:
             with self.spool.transaction() as db:
                 batch = PieceBatch()
+                self._shared = {s.slurm_index for s in spans if s.shards}
                 for device in self.devices:
-                    updates[device.uuid] = self._read_gpu(
+                    read = self._read_mig_gpu if device.mig_enabled else self._read_gpu
+                    updates[device.uuid] = read(
                         db, batch, device, spans, state.get(device.uuid), now, result
                     )
                 batch.flush(db)  # before the runs that ended are summarized
@@ -231,12 +287,14 @@ class NodeAgent:
                     self._spans = None
                     job_id, restart = run
                     result.summaries += self.spool.finish_job(
-                        db, self.node, job_id, self.index_uuid, restart
+                        db, self.node, job_id, self.index_uuid, restart, self._slot_of
                     )
                     self._last_active = {k: v for k, v in self._last_active.items() if k[:2] != run}
                     self._last_sm_active = {
                         k: v for k, v in self._last_sm_active.items() if k[:2] != run
                     }
+                    if self._share_mem:
+                        self._share_mem = {k: v for k, v in self._share_mem.items() if k[:2] != run}
                 lost = self._queue_lost(db, now)
         except BaseException:
             self._next_seal.clear()  # rolled back: which periods are open is unknown again
@@ -252,7 +310,7 @@ class NodeAgent:
         if self._lost == self._lost_reported:
             return None
         payload = {
-            "devices": [asdict(d) for d in self.devices],
+            "devices": [device_fields(d) for d in self.devices],
             "seen_at": now,
             "lost": [asdict(g) for _, g in sorted(self._lost.items())],
         }
@@ -274,7 +332,16 @@ class NodeAgent:
         self._het = {b.job_id: b.het_job_id for b in bindings if b.het_job_id is not None}
         adopted = [
             JobSpan(
-                b.job_id, b.slurm_index, b.start, None, b.user, b.account, b.partition, b.restart
+                b.job_id,
+                b.slurm_index,
+                b.start,
+                None,
+                b.user,
+                b.account,
+                b.partition,
+                b.restart,
+                b.shards,
+                b.shard_kind,
             )
             for b in bindings
             if (b.job_id, b.restart, b.slurm_index) not in known
@@ -298,7 +365,7 @@ class NodeAgent:
         paired by slurmd itself) each index is bound to its UUID; with UUIDs alone each
         UUID is looked up among the GPUs this node's gres.conf maps.
         """
-        event = item.event
+        event = self._with_shares(item.event)
         if not item.gpu_uuids:
             return event
         if event.gpu_indices:
@@ -307,6 +374,41 @@ class NodeAgent:
             return event
         found = (self._index_of(uuid, event.job_id) for uuid in item.gpu_uuids)
         return replace(event, gpu_indices=tuple(i for i in found if i is not None))
+
+    def _with_shares(self, event: JobEvent) -> JobEvent:
+        """A started job on GPUs gres.conf cuts into shares, with the shares Slurm gave it.
+
+        The prolog cannot tell a shard job from a whole-GPU job on the same GPU (Slurm
+        22.05 gives both SLURM_JOB_GPUS=0 and nothing more), so the agent asks Slurm once
+        per such job (`job_shares`: scontrol -d show job). Where Slurm cannot be asked,
+        the job is recorded as holding its whole GPUs, and the error says so.
+        """
+        if (
+            event.kind != JobEventKind.STARTED
+            or event.shards
+            or self.job_shares is None
+            or not any(
+                (kind, index) in self._capacity
+                for index in event.gpu_indices
+                for kind in (SlotKind.SHARD.value, SlotKind.MPS.value)
+            )
+        ):
+            return event
+        try:
+            found = self.job_shares(event.job_id)
+        except (SlurmError, ValueError) as exc:
+            log.error(
+                "job %d: cannot tell whether it holds shares of Slurm GPU %s (%s):"
+                " recorded as holding the whole GPU",
+                event.job_id,
+                ",".join(map(str, event.gpu_indices)),
+                exc,
+            )
+            return event
+        if found is None:
+            return event
+        kind, count = found
+        return replace(event, shards=count, shard_kind=kind)
 
     def _bound_bindings(self, files: list[BindingFile]) -> list[Binding]:
         """The bindings by Slurm index (UUID-only ones looked up); learns the SLUIDs."""
@@ -331,7 +433,8 @@ class NodeAgent:
 
         The UUID is the GPU the job's CUDA programs see, so it wins over what gres.conf's
         device files gave (an AutoDetect node has none); a conflict is logged as an error.
-        A UUID NVML does not list here leaves the index as it was, and is logged.
+        A UUID NVML does not list here leaves the index as it was, and is logged. A MIG
+        UUID (slurmd always names MIG slots by UUID) binds the index to that MIG slice.
         """
         if self.index_uuid.get(index) == uuid:
             return
@@ -362,8 +465,11 @@ class NodeAgent:
             )
         for other in [i for i, u in self.index_uuid.items() if u == uuid and i != index]:
             del self.index_uuid[other]  # that index was this GPU by gres.conf only
+            self.index_slot.pop(other, None)
         self.index_uuid[index] = uuid
         self.uuid_index = {u: i for i, u in self.index_uuid.items()}
+        mig = self._migs.get(uuid)
+        self.index_slot[index] = mig[1].slot if mig else GpuSlot.whole(uuid)
 
     def _index_of(self, uuid: str, job_id: int) -> int | None:
         """The Slurm index of the GPU `uuid` on this node; None (logged) when unknown."""
@@ -425,6 +531,11 @@ class NodeAgent:
             for s in spans
             if s.slurm_index == index and s.start < now and (s.end is None or s.end > w0)
         ]
+        # shares hold it in this window: measured per process
+        if self._shared and index in self._shared and any(s.shards for s in mine):
+            self._read_shares(db, batch, device, snap, mine, w0, now, energy_delta, result)
+            newest = max((s.time for s in snap.samples), default=last_sample)
+            return now, newest, snap.energy_joules
         pieces = split_window(
             w0, now, snap, mine, self.period, self.active_threshold, energy_delta, previous_mem
         )
@@ -450,11 +561,398 @@ class NodeAgent:
             next_seal = min(next_seal, pieces[0].period_start)
         if next_seal <= before:
             batch.flush(db)  # sealing reads the period rows
-            result.sealed += self.spool.seal_periods(db, self.node, device.uuid, before)
+            # a GPU shares held (or whose rows of a previous run are not known) has slot rows
+            slotted = device.uuid in self._slotted or device.uuid not in self._next_seal
+            result.sealed += self.spool.seal_periods(db, self.node, device.uuid, before, slotted)
             next_seal = before + self.period  # what is left starts in a later period
         self._next_seal[device.uuid] = next_seal
         newest = max((s.time for s in snap.samples), default=last_sample)
         return now, newest, snap.energy_joules
+
+    # --- GPU slots: MIG slices and shares (issue 14) -----------------------------------
+
+    def _slot_of(
+        self, index: int, shards: int, shard_kind: str, job_id: int, restart: int
+    ) -> tuple[GpuSlot, Measurement] | None:
+        """The slot a run's span held (Spool.finish_job); None: the index's whole GPU."""
+        if shards:
+            uuid = self.index_uuid.get(index)
+            if uuid is None:
+                return None
+            span = JobSpan(
+                job_id, index, 0.0, restart=restart, shards=shards, shard_kind=shard_kind
+            )
+            return self._share_slot(uuid, span), Measurement.PER_PROCESS
+        slot = self.index_slot.get(index)
+        if slot is None or slot.kind is SlotKind.GPU:
+            return None
+        found = self._migs.get(slot.slot_id)
+        return slot, self._mig_measurement(*found) if found else Measurement.MEMORY_ONLY
+
+    def _mig_measurement(self, device: GpuDevice, mig: MigDevice) -> Measurement:
+        """A MIG slice is measured by GPM where its GPU has it (Hopper+), else memory only."""
+        if device.gpm_supported or mig.uuid in self._mig_gpm:
+            return Measurement.GPM
+        return Measurement.MEMORY_ONLY
+
+    def _share_slot(self, uuid: str, span: JobSpan) -> GpuSlot:
+        """A run's share of GPU `uuid`: shards held / shards gres.conf gives that GPU."""
+        kind = SlotKind.MPS if span.shard_kind == SlotKind.MPS.value else SlotKind.SHARD
+        capacity = self._capacity.get((kind.value, span.slurm_index))
+        if capacity is None or not capacity.count:
+            if (warned := f"capacity:{kind.value}:{span.slurm_index}") not in self._slot_warned:
+                self._slot_warned.add(warned)
+                log.error(
+                    "job %d holds %d gres/%s on Slurm GPU %d (%s), but gres.conf gives that GPU"
+                    " no %s count: its share is recorded as 0",
+                    span.job_id,
+                    span.shards,
+                    kind.value,
+                    span.slurm_index,
+                    uuid,
+                    kind.value,
+                )
+            share = 0.0
+        else:
+            share = capacity.share(span.shards)
+        return GpuSlot.shared(kind, uuid, span.job_id, share, span.restart)
+
+    def _measured(self, piece: Piece, util: float) -> Piece:
+        """A slot's piece measured by one figure for its window (GPM graphics, per process)."""
+        active = 1 if is_active(util, self.active_threshold) else 0
+        return piece._replace(
+            util_sum=util, util_count=1, util_max=util, util_min=util, active_count=active
+        )
+
+    def _seal_slotted(
+        self,
+        db: sqlite3.Connection,
+        batch: PieceBatch,
+        uuid: str,
+        first_period: float | None,
+        now: float,
+        result: TickResult,
+    ) -> None:
+        """Seals the ended periods of a GPU with slots: its slots' rows and its totals."""
+        self._slotted.add(uuid)
+        before = period_start(now, self.period) - self.period
+        next_seal = self._next_seal.get(uuid, -math.inf)
+        if first_period is not None:
+            next_seal = min(next_seal, first_period)
+        if next_seal <= before:
+            batch.flush(db)
+            result.sealed += self.spool.seal_periods(db, self.node, uuid, before, slotted=True)
+            next_seal = before + self.period
+        self._next_seal[uuid] = next_seal
+
+    def _read_mig_gpu(
+        self,
+        db: sqlite3.Connection,
+        batch: PieceBatch,
+        device: GpuDevice,
+        spans: list[JobSpan],
+        state: tuple[float | None, float | None, float | None] | None,
+        now: float,
+        result: TickResult,
+    ) -> tuple[float | None, float | None, float | None]:
+        """Reads a GPU in MIG mode: its own totals, and each MIG device as its own slot.
+
+        The GPU itself is never a job's slot: NVML has no utilization samples of it in
+        MIG mode, and an idle rule fed its empty samples would read it idle.
+        """
+        last_read, _, last_energy = state or (None, None, None)
+        continuous = last_read is not None and 0 < now - last_read <= self.max_gap
+        w0 = last_read if continuous and last_read is not None else now - self.interval
+        snap = self.source.snapshot(device, w0)
+        result.snapshots[device.uuid] = snap
+        if snap.error is not None:
+            # Nothing is known about this window, of the GPU or of its slices: missing.
+            for uuid in (device.uuid, *(m.uuid for m in device.mig_devices)):
+                self._measured_since.pop(uuid, None)
+            if device.uuid not in self._lost:
+                log.error(
+                    "GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, snap.error
+                )
+                self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, snap.error)
+            return now, None, None
+        if self._lost.pop(device.uuid, None) is not None:
+            log.warning("GPU %s (minor %d) answers again", device.uuid, device.minor)
+        if not continuous or device.uuid not in self._measured_since:
+            self._measured_since[device.uuid] = w0
+        energy_delta = None
+        if continuous and snap.energy_joules is not None and last_energy is not None:
+            delta = snap.energy_joules - last_energy
+            energy_delta = delta if delta >= 0 else None
+        physical = split_window(w0, now, snap, [], self.period, self.active_threshold, energy_delta)
+        for piece in physical:
+            batch.add_physical(
+                device.uuid,
+                piece,
+                snap.mem_total_bytes,
+                snap.temperature_celsius,
+                snap.ecc_errors_total,
+            )
+        for mig in device.mig_devices:
+            self._read_mig(db, batch, device, mig, spans, w0, now, continuous, result)
+        first = physical[0].period_start if physical else None
+        self._seal_slotted(db, batch, device.uuid, first, now, result)
+        return now, None, snap.energy_joules
+
+    def _read_mig(
+        self,
+        db: sqlite3.Connection,
+        batch: PieceBatch,
+        device: GpuDevice,
+        mig: MigDevice,
+        spans: list[JobSpan],
+        w0: float,
+        now: float,
+        continuous: bool,
+        result: TickResult,
+    ) -> None:
+        """One MIG device over (w0, now]: its slot's pieces and its jobs' activity."""
+        index = self.uuid_index.get(mig.uuid)
+        mine = [
+            s
+            for s in spans
+            if index is not None
+            and s.slurm_index == index
+            and s.start < now
+            and (s.end is None or s.end > w0)
+        ]
+        read: MigSnapshot = self.source.mig_snapshot(device, mig)
+        previous_mem = self._last_mem.pop(mig.uuid, None) if continuous else None
+        if read.error is not None:
+            self._measured_since.pop(mig.uuid, None)  # a gap: missing, never idle
+            if mig.uuid not in self._slot_warned:
+                self._slot_warned.add(mig.uuid)
+                log.error(
+                    "MIG device %s (%s) of GPU %s cannot be read: %s",
+                    mig.uuid,
+                    mig.profile,
+                    device.uuid,
+                    read.error,
+                )
+            return
+        if mig.uuid in self._slot_warned:
+            self._slot_warned.discard(mig.uuid)
+            log.warning("MIG device %s of GPU %s answers again", mig.uuid, device.uuid)
+        if not continuous or mig.uuid not in self._measured_since:
+            self._measured_since[mig.uuid] = w0
+        self._last_mem[mig.uuid] = read.mem_used_bytes
+        if read.gpm is not None:
+            self._mig_gpm.add(mig.uuid)
+        measured = self._mig_measurement(device, mig)
+        view = GpuSnapshot(
+            mig.uuid,
+            read.time,
+            mem_used_bytes=read.mem_used_bytes,
+            mem_total_bytes=read.mem_total_bytes,
+            processes=read.processes,
+            gpm=read.gpm,
+        )
+        pieces = split_window(
+            w0, now, view, mine, self.period, self.active_threshold, None, previous_mem
+        )
+        # A slice's utilization: its GPU instance's graphics activity, for the part of each
+        # piece its GPM window covers; without GPM none (memory only: unknown, never 0).
+        graphics = read.gpm.graphics_active_percent if read.gpm is not None else None
+        window = gpm_span(w0, now, view) if graphics is not None else None
+        if graphics is not None and window is not None:
+            pieces = [
+                self._measured(p, graphics)
+                if min(p.end, window[1]) > max(p.start, window[0])
+                else p
+                for p in pieces
+            ]
+        unallocated = self._unallocated(mig.uuid, view, mine, now)
+        if unallocated:
+            result.unallocated[mig.uuid] = unallocated
+        slot = mig.slot
+        for n, piece in enumerate(pieces):
+            batch.add_slot(
+                slot,
+                device.name,
+                piece,
+                read.mem_total_bytes,
+                measured,
+                unallocated if n == len(pieces) - 1 else (),
+            )
+        sm_active = read.gpm.sm_active_percent if read.gpm is not None else None
+        for span in mine:
+            if span.end is not None:
+                continue
+            util = graphics
+            if util is None and measured is Measurement.MEMORY_ONLY and read.processes == ():
+                # No process at all on the slice: idle, whatever its utilization would say.
+                util = 0.0
+                if (note := f"idle:{span.job_id}:{mig.uuid}") not in self._slot_warned:
+                    self._slot_warned.add(note)
+                    log.info(
+                        "job %d: MIG %s %s (memory only, no GPM) runs no process: idle",
+                        span.job_id,
+                        mig.profile,
+                        mig.uuid,
+                    )
+            processes = None if read.processes is None else len(read.processes)
+            memory = read.mem_used_bytes
+            self._queue_slot_activity(
+                db, slot, span, measured, mig.uuid, now, util, memory, processes, sm_active
+            )
+
+    def _read_shares(
+        self,
+        db: sqlite3.Connection,
+        batch: PieceBatch,
+        device: GpuDevice,
+        snap: GpuSnapshot,
+        mine: list[JobSpan],
+        w0: float,
+        now: float,
+        energy_delta: float | None,
+        result: TickResult,
+    ) -> None:
+        """A GPU shares hold over (w0, now]: its totals, and each share by its processes.
+
+        A share's utilization is the sum of its own job's processes' smUtil (at most
+        100); a job without a process there in the window is idle (0); a failed read is
+        unknown for every share of the GPU (no piece: missing, never idle).
+        """
+        uuid = device.uuid
+        physical = split_window(w0, now, snap, [], self.period, self.active_threshold, energy_delta)
+        for piece in physical:
+            batch.add_physical(
+                uuid, piece, snap.mem_total_bytes, snap.temperature_celsius, snap.ecc_errors_total
+            )
+        unallocated = self._unallocated(uuid, snap, mine, now)
+        if unallocated:
+            result.unallocated[uuid] = unallocated
+        since = max(self._proc_seen.get(uuid, w0), w0)  # this window's samples only
+        read = self.source.process_utilization(device, since)
+        if read.error is not None:
+            self._proc_seen.pop(uuid, None)
+            if f"process:{uuid}" not in self._slot_warned:
+                self._slot_warned.add(f"process:{uuid}")
+                log.error(
+                    "GPU %s: per-process utilization cannot be read (%s): its shares' use is"
+                    " unknown meanwhile (missing, never idle)",
+                    uuid,
+                    read.error,
+                )
+        else:
+            if f"process:{uuid}" in self._slot_warned:
+                self._slot_warned.discard(f"process:{uuid}")
+                log.warning("GPU %s: per-process utilization answers again", uuid)
+            self._proc_seen[uuid] = max(read.last_seen, since)
+            util: dict[int | None, float] = {}
+            for process in read.processes:
+                job = self.pid_job(process.pid)
+                util[job] = util.get(job, 0.0) + process.sm_util_percent
+            memory: dict[int | None, int] = {}
+            count: dict[int | None, int] = {}
+            for gpu_process in snap.processes or ():
+                job = self.pid_job(gpu_process.pid)
+                memory[job] = memory.get(job, 0) + (gpu_process.used_memory_bytes or 0)
+                count[job] = count.get(job, 0) + 1
+            known = snap.processes is not None
+            for span in mine:
+                if span.shards:
+                    job = span.job_id
+                    self._read_share(
+                        db,
+                        batch,
+                        device,
+                        snap,
+                        span,
+                        w0,
+                        now,
+                        min(100.0, util.get(job, 0.0)),
+                        memory.get(job, 0) if known else None,
+                        count.get(job, 0) if known else None,
+                    )
+        first = physical[0].period_start if physical else None
+        self._seal_slotted(db, batch, uuid, first, now, result)
+
+    def _read_share(
+        self,
+        db: sqlite3.Connection,
+        batch: PieceBatch,
+        device: GpuDevice,
+        snap: GpuSnapshot,
+        span: JobSpan,
+        w0: float,
+        now: float,
+        util: float,
+        memory: int | None,
+        processes: int | None,
+    ) -> None:
+        """One share's pieces of (w0, now] (the part its job held) and its activity."""
+        slot = self._share_slot(device.uuid, span)
+        key = (span.job_id, span.restart, device.uuid)
+        previous_mem = self._share_mem.get(key)
+        self._share_mem[key] = memory
+        view = GpuSnapshot(slot.slot_id, snap.time, mem_used_bytes=memory)
+        for piece in split_window(
+            w0, now, view, [span], self.period, self.active_threshold, None, previous_mem
+        ):
+            if piece.job_id is not None:
+                measured = self._measured(piece, util)
+                batch.add_slot(
+                    slot, device.name, measured, snap.mem_total_bytes, Measurement.PER_PROCESS
+                )
+        if span.end is None:
+            measured_by = Measurement.PER_PROCESS
+            self._queue_slot_activity(
+                db, slot, span, measured_by, device.uuid, now, util, memory, processes, None
+            )
+
+    def _queue_slot_activity(
+        self,
+        db: sqlite3.Connection,
+        slot: GpuSlot,
+        span: JobSpan,
+        measured: Measurement,
+        reader: str,
+        now: float,
+        util: float | None,
+        memory: int | None,
+        processes: int | None,
+        sm_active: float | None,
+    ) -> None:
+        """The controller's view of a running job's slot (MIG slice, share), each tick.
+
+        `reader`: what was read for it (the MIG device, the shared GPU), whose unbroken
+        run of readings `measured_since` is. A window at or above the threshold is active
+        up to this read (GPM windows and per-process means have no finer time).
+        """
+        key = (span.job_id, span.restart, slot.slot_id)
+        if util is not None and is_active(util, self.active_threshold):
+            self._last_active[key] = now
+        if sm_active is not None and is_active(sm_active, self.sm_active_threshold):
+            self._last_sm_active[key] = now
+        activity = GpuActivity(
+            job_id=span.job_id,
+            node=self.node,
+            gpu_uuid=slot.parent_uuid,
+            slurm_index=span.slurm_index,
+            start=span.start,
+            last_reading=now,
+            last_active=self._last_active.get(key),
+            util_recent_percent=util,
+            mem_used_bytes=memory,
+            process_count=processes,
+            measured_since=self._measured_since.get(reader),
+            sm_active_recent_percent=sm_active,
+            last_sm_active=self._last_sm_active.get(key),
+            slot_id=slot.slot_id,
+            slot_kind=slot.kind,
+            share=slot.share,
+            mig_profile=slot.mig_profile,
+            measured_by=measured,
+        )
+        self.spool.queue(
+            db, "activity", f"activity:{span.job_id}:{slot.slot_id}", fields_of(activity)
+        )
 
     def _queue_activity(
         self,

@@ -40,6 +40,9 @@ class JobSpan:
     account: str = ""
     partition: str = ""
     restart: int = 0  # Slurm's SLURM_RESTART_COUNT: which run of a requeued job
+    # gres/shard or gres/mps units the run holds on this GPU (issue 14); 0: the whole slot
+    shards: int = 0
+    shard_kind: str = ""  # "shard" or "mps" where shards > 0
 
     @property
     def run(self) -> tuple[int, int]:

@@ -9,18 +9,20 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 
 from slurm_gpu.config import Config
 from slurm_gpu.gpu.nvml import NvmlSource
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.exporter import NodeMetrics
+from slurm_gpu.node.outbox import device_fields
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_node
+from slurm_gpu.slurm.mig_minors import MigMinors, load_mig_minors
 from slurm_gpu.slurm.runner import CommandRunner
+from slurm_gpu.slurm.scontrol import job_node_shares
 from slurm_gpu.store import Store
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,31 @@ def spool_path(config: Config, node: str) -> Path:
     return Path(config.node.state_dir) / node / "spool.db"
 
 
-def build_agent(config: Config, node: str) -> NodeAgent:
-    """A NodeAgent wired to NVML, the node's spool and its gres.conf."""
+def node_mig_minors(config: Config) -> MigMinors | None:
+    """The driver's mig-minors file ([node] mig_minors) where it exists, else None.
+
+    The driver writes it on every node with MIG support; without it no GPU has MIG
+    devices and no MIG slot is numbered. A file that exists but cannot be read or parsed
+    is a ConfigError naming it (and its line).
+    """
+    path = Path(config.node.mig_minors)
+    if not path.exists():
+        return None
+    return load_mig_minors(path)
+
+
+def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -> NodeAgent:
+    """A NodeAgent wired to NVML, the node's spool, its gres.conf and its mig-minors.
+
+    With `slurm`, the agent asks `scontrol -d show job` for the shares (gres/shard,
+    gres/mps) a job holds on this node, which the prolog cannot tell.
+    """
+
+    def job_shares(job_id: int) -> tuple[str, int] | None:
+        assert slurm is not None
+        out = slurm(["scontrol", "-d", "show", "job", str(job_id)])
+        return job_node_shares(out, job_id, node)
+
     node_dir = Path(config.node.state_dir) / node
     interval = float(config.node.interval)
     return NodeAgent(
@@ -51,6 +76,8 @@ def build_agent(config: Config, node: str) -> NodeAgent:
         active_threshold=float(config.node.active_threshold_percent),
         max_gap_intervals=float(config.node.missing_after_intervals),
         sm_active_threshold=float(config.node.sm_active_threshold_percent),
+        mig_minors=node_mig_minors(config),
+        job_shares=job_shares if slurm is not None else None,
     )
 
 
@@ -66,7 +93,7 @@ def run_node(
         slurm: runs `scontrol` for the jobs' AdminComment.
         once: one tick and one shipping pass, then return.
     """
-    agent = build_agent(config, node)
+    agent = build_agent(config, node, slurm)
 
     def write_admin_comments(job_ids: list[int]) -> None:
         for job_id in job_ids:
@@ -87,7 +114,7 @@ def run_node(
             db,
             "inventory",
             f"inventory:{node}",
-            {"devices": [asdict(d) for d in agent.devices], "seen_at": time.time()},
+            {"devices": [device_fields(d) for d in agent.devices], "seen_at": time.time()},
         )
     metrics = NodeMetrics()
     if config.node.metrics_address:

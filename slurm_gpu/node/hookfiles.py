@@ -24,11 +24,14 @@ from slurm_gpu.models import Binding, JobEvent, JobEventKind
 
 log = logging.getLogger(__name__)
 
-_INT_FIELDS = ("array_job_id", "array_task_id", "het_job_id", "het_job_offset")
-# nvidia-smi -L's form of a GPU UUID, the one hooks/slurm-gpu-hooks.sh (gpu_uuid) keeps
+# nvidia-smi -L's form of a GPU UUID, the one hooks/slurm-gpu-hooks.sh (gpu_uuid) keeps,
+# and of a MIG device's (R470+: "MIG-" and the same digits), which slurmd always puts in
+# CUDA_VISIBLE_DEVICES for a MIG slot (gpu_nvml.c _handle_mig sets GRES_CONF_UUID)
 _GPU_UUID = re.compile(
-    r"GPU-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"(?:GPU|MIG)-[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 )
+# gres/shard or gres/mps: what the hooks' `shard_kind=` may say (issue 14)
+_SHARD_KINDS = ("shard", "mps")
 # Slurm's SLUID: "s" and 13 characters of Crockford's base 32 (src/common/sluid.c,
 # print_sluid); the hooks keep [A-Za-z0-9._@-] only, so anything else is damage.
 _SLUID = re.compile(r"s[0-9A-HJKMNP-TV-Z]{13}")
@@ -111,12 +114,28 @@ def _indices(text: str, where: str) -> tuple[int, ...]:
 
 
 def _uuid(text: str, where: str, key: str) -> str:
-    """A GPU UUID as nvidia-smi -L prints it (GPU-8-4-4-4-12 hex digits), else an error."""
+    """A GPU or MIG UUID as nvidia-smi -L prints it (GPU-/MIG-8-4-4-4-12 hex), else an error."""
     if not _GPU_UUID.fullmatch(text):
         raise HookFileError(
-            f"{where}: {key} must be GPU UUIDs (GPU-xxxxxxxx-...), got {brief(text)}"
+            f"{where}: {key} must be GPU or MIG UUIDs (GPU-xxxxxxxx-..., MIG-xxxxxxxx-...),"
+            f" got {brief(text)}"
         )
     return text
+
+
+def _shards(fields: dict[str, str], where: str) -> tuple[int, str]:
+    """(shards, shard_kind): the gres/shard or gres/mps units the job holds (0, "": none).
+
+    The hooks write `shards=N` and `shard_kind=shard|mps` (issue 14); a count without a
+    kind is gres/shard, a kind other than those two is damage.
+    """
+    shards = _int(fields, "shards", where) or 0
+    kind = fields.get("shard_kind", "")
+    if kind and kind not in _SHARD_KINDS:
+        raise HookFileError(f"{where}: shard_kind must be shard or mps, got {brief(kind)}")
+    if not shards:
+        return 0, ""
+    return shards, kind or "shard"
 
 
 def _uuids(text: str, where: str) -> tuple[str, ...]:
@@ -146,7 +165,7 @@ def parse_event_file(path: Path, node: str) -> EventFile:
         raise HookFileError(f"{where}: unknown event kind {kind_text!r}") from exc
     job_id = _int(fields, "job_id", where, required=True)
     assert job_id is not None
-    extras = {key: _int(fields, key, where) for key in _INT_FIELDS}
+    shards, shard_kind = _shards(fields, where)
     indices = _indices(fields.get("gpu_indices", ""), where)
     uuids = _uuids(fields.get("gpu_uuids", ""), where)
     if indices and uuids and len(indices) != len(uuids):
@@ -164,7 +183,12 @@ def parse_event_file(path: Path, node: str) -> EventFile:
         exit_code=_int(fields, "exit_code", where),
         restart=_int(fields, "restart", where) or 0,
         sluid=_sluid(fields, where),
-        **extras,
+        array_job_id=_int(fields, "array_job_id", where),
+        array_task_id=_int(fields, "array_task_id", where),
+        het_job_id=_int(fields, "het_job_id", where),
+        het_job_offset=_int(fields, "het_job_offset", where),
+        shards=shards,
+        shard_kind=shard_kind,
     )
     return EventFile(path, event, uuids)
 
@@ -186,6 +210,7 @@ def parse_binding_file(path: Path) -> BindingFile:
     uuid = _uuid(fields["gpu_uuid"], where, "gpu_uuid") if fields.get("gpu_uuid") else ""
     index = _int(fields, "gpu_index", where, required=not uuid)
     assert job_id is not None
+    shards, shard_kind = _shards(fields, where)
     binding = Binding(
         job_id=job_id,
         slurm_index=UNKNOWN_INDEX if index is None else index,
@@ -197,6 +222,8 @@ def parse_binding_file(path: Path) -> BindingFile:
         restart=_int(fields, "restart", where) or 0,
         het_job_id=_int(fields, "het_job_id", where),
         het_job_offset=_int(fields, "het_job_offset", where),
+        shards=shards,
+        shard_kind=shard_kind,
     )
     return BindingFile(binding, uuid, _sluid(fields, where))
 

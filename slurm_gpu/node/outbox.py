@@ -4,6 +4,9 @@ Each outbox row is a kind, an idempotency key and a JSON payload. The payload of
 `interval`, `event`, `summary` or `activity` row is its model's fields (`asdict`), an
 `inventory` row is `{"devices": [GpuDevice fields...], "seen_at": seconds}`, from the agent
 also with `"lost": [LostGpu fields...]` (the GPUs it cannot read; absent: not reported).
+A device's MIG fields are there only for a GPU in MIG mode (`device_fields`), its MIG
+devices as objects of MigDevice's fields. A `physical` row is a GpuPhysicalInterval's
+fields (issue 14).
 
 The outbox is written by this program, but it is a file on a node's disk that outlives
 upgrades and can be damaged: a payload is checked field by field on the way out, so a
@@ -14,6 +17,7 @@ store.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 import math
 import types
@@ -25,10 +29,11 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
-    JobEventKind,
     JobGpuSummary,
     LostGpu,
+    MigDevice,
 )
 
 _M = TypeVar("_M")
@@ -54,11 +59,39 @@ def fields_of(model: Any) -> dict[str, Any]:
     The models the outbox carries hold only numbers, strings, enums and tuples of them;
     asdict's recursive copy cost the agent more than NVML for an interval (bench/agent).
     """
-    return dict(vars(model))
+    fields = dict(vars(model))
+    for name, default in _WHOLE_GPU.items():
+        if name in fields and fields[name] == default:
+            del fields[name]
+    return fields
+
+
+# A model's GPU slot fields (issue 14) at their whole-GPU defaults are left out: a whole
+# GPU's row is the row shipped before slots, byte for byte; decoding gives the defaults.
+_WHOLE_GPU: dict[str, Any] = {
+    "slot_id": "",
+    "slot_kind": "gpu",
+    "share": 1.0,
+    "mig_profile": "",
+    "measured_by": "nvml",
+}
+
+
+def device_fields(device: GpuDevice) -> dict[str, Any]:
+    """A GpuDevice's inventory fields: its MIG fields only for a GPU in MIG mode.
+
+    A GPU not in MIG mode gives the fields an agent before MIG shipped, byte for byte.
+    """
+    fields = dict(vars(device))
+    if not device.mig_enabled and not device.mig_devices:
+        del fields["mig_enabled"], fields["mig_devices"]
+    else:
+        fields["mig_devices"] = [dict(vars(mig)) for mig in device.mig_devices]
+    return fields
 
 
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, JobEventKind):
+    if isinstance(value, enum.Enum):  # JobEventKind, SlotKind, Measurement
         return value.value
     raise TypeError(f"cannot serialise {type(value).__name__}")
 
@@ -81,6 +114,11 @@ def decode_summary(payload: str) -> JobGpuSummary:
 def decode_activity(payload: str) -> GpuActivity:
     """An outbox `activity` payload back into its model. Raises OutboxError."""
     return _decode_model("activity", GpuActivity, _load("activity", payload))
+
+
+def decode_physical(payload: str) -> GpuPhysicalInterval:
+    """An outbox `physical` payload back into its model. Raises OutboxError."""
+    return _decode_model("physical", GpuPhysicalInterval, _load("physical", payload))
 
 
 def decode_inventory(payload: str) -> tuple[list[GpuDevice], float, list[LostGpu] | None]:
@@ -172,13 +210,20 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
             result = math.inf
         if math.isfinite(result):
             return result
-    if isinstance(hint, type) and issubclass(hint, JobEventKind) and value in list(hint):
+    if isinstance(hint, type) and issubclass(hint, enum.Enum) and value in _values_of(hint):
         return hint(value)
     if typing.get_origin(hint) is tuple and isinstance(value, list):
+        if typing.get_args(hint)[:1] == (MigDevice,):  # GpuDevice.mig_devices
+            return tuple(_decode_model(kind, MigDevice, v) for v in value)
         return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
-    if isinstance(hint, type) and issubclass(hint, JobEventKind):
-        what = "one of " + ", ".join(k.value for k in hint)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        what = "one of " + ", ".join(_values_of(hint))
     raise OutboxError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
+
+
+def _values_of(kind: type[enum.Enum]) -> list[str]:
+    """The values an enum field may carry (JobEventKind, SlotKind, Measurement)."""
+    return [str(k.value) for k in kind]
 
 
 _EXPECTED = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}

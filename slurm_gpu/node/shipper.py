@@ -22,6 +22,7 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobGpuSummary,
     LostGpu,
@@ -32,6 +33,7 @@ from slurm_gpu.node.outbox import (
     decode_event,
     decode_interval,
     decode_inventory,
+    decode_physical,
     decode_summary,
 )
 from slurm_gpu.node.spool import Spool
@@ -48,6 +50,10 @@ class StoreSink(Protocol):
 
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
         """Stores GPU intervals (idempotent); returns how many were new."""
+        ...
+
+    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
+        """Stores physical GPUs' own totals per period (insert-or-ignore); returns new rows."""
         ...
 
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
@@ -73,7 +79,7 @@ class StoreSink(Protocol):
 
 # Events first: a job's row exists before its intervals and summaries arrive.
 # Activity before summaries: a finished job's activity is forgotten once it is summarized.
-_ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "summary": 4}
+_ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "physical": 4, "summary": 5}
 
 
 @dataclass
@@ -86,6 +92,7 @@ class _Batch:
     )
     activity: list[GpuActivity] = field(default_factory=list)
     intervals: list[GpuInterval] = field(default_factory=list)
+    physical: list[GpuPhysicalInterval] = field(default_factory=list)
     summaries: list[JobGpuSummary] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
@@ -99,6 +106,8 @@ class _Batch:
             self.activity.append(decode_activity(payload))
         elif kind == "interval":
             self.intervals.append(decode_interval(payload))
+        elif kind == "physical":
+            self.physical.append(decode_physical(payload))
         elif kind == "summary":
             self.summaries.append(decode_summary(payload))
         else:
@@ -176,6 +185,8 @@ class Shipper:
             self.store.add_activity(batch.activity)
         if batch.intervals:
             self.store.add_intervals(batch.intervals)
+        if batch.physical:
+            self.store.add_physical_intervals(batch.physical)
         summaries = batch.summaries
         if summaries:
             self.store.add_summaries(summaries)

@@ -13,6 +13,14 @@ What the agent has seen lives here until the accounting store has committed it:
   Both `pieces` and `job_acc` sum the GPM figures (issue #13) as percent-seconds with the
   seconds each was measured (`<metric>_psec`, `<metric>_sec`; sec 0: never measured, so
   its mean is None, never 0%), and `gpm_seconds`, the seconds any GPM window covered.
+- GPU slots (issue 14, docs/design/gpu-slots.md): a `pieces` or `job_acc` row's `uuid` is
+  its slot's id (a whole GPU's UUID, a MIG UUID, a share's "<GPU>/<kind>/<job>[.<run>]")
+  and `parent` its physical GPU ("" for a whole GPU: rows of a whole GPU are those of
+  before slots); `slot_kind`, `share`, `mig_profile` and `measured_by` travel with it.
+- `physical`: each physical GPU's open shipping period of its own totals (power, energy,
+  temperature, ECC, memory), sealed into a `physical` outbox row (GpuPhysicalInterval).
+  A whole GPU's are its period rows' totals, merged when they are sealed (nothing more a
+  tick); a GPU in MIG mode or shared by shares writes them a tick from its own read.
 - `gpu_state`: per GPU, when it was last read, its newest sample and energy counter, so a
   restarted agent neither double counts nor invents the time it was down.
 - `quarantine`: outbox rows that could not be decoded (a damaged payload, an unknown
@@ -30,14 +38,23 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.models import (
+    GpuInterval,
+    GpuPhysicalInterval,
+    GpuSlot,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+    Measurement,
+    SlotKind,
+)
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.outbox import encode, fields_of
 from slurm_gpu.node.spool_layout import MIGRATIONS, SCHEMA_VERSION
@@ -48,11 +65,15 @@ __all__ = [
     "OutboxRow",
     "PieceBatch",
     "QuarantinedRow",
+    "SlotOf",
     "Spool",
     "SpoolError",
 ]
 
 NO_JOB = 0  # pieces.job_id for time a GPU was held by no job (Slurm job ids start at 1)
+
+SlotOf = Callable[[int, int, str, int, int], tuple[GpuSlot, Measurement] | None]
+"""(Slurm index, shards, shard_kind, job, restart) -> the slot held and how it is measured."""
 
 
 class SpoolError(SlurmGpuError):
@@ -156,7 +177,57 @@ _SPAN_COLUMNS = (
     "account",
     "partition",
     "restart",
+    "shards",
+    "shard_kind",
 )
+# A slot's columns of `pieces` and `job_acc` (layout 4), after _PieceRow's / _JobAccRow's
+_SLOT_COLUMNS = ("parent", "slot_kind", "share", "mig_profile", "measured_by")
+
+
+class _Slot(NamedTuple):
+    """A row's slot columns (_SLOT_COLUMNS); parent "" is a whole GPU."""
+
+    parent: str
+    slot_kind: str
+    share: float
+    mig_profile: str
+    measured_by: str
+
+
+_PHYSICAL_COLUMNS = (
+    "uuid",
+    "period_start",
+    "start",
+    "end",
+    "covered_seconds",
+    "power_joules",
+    "power_seconds",
+    "energy",
+    "temp_max",
+    "ecc",
+    "mem_max",
+    "mem_total",
+)
+
+
+class _PhysicalRow(NamedTuple):
+    """A `physical` row: one GPU's own totals of one open shipping period."""
+
+    uuid: str
+    period_start: float
+    start: float
+    end: float
+    covered_seconds: float
+    power_joules: float | None
+    power_seconds: float
+    energy: float | None
+    temp_max: float | None
+    ecc: int | None
+    mem_max: int | None
+    mem_total: int | None
+
+
+assert _PhysicalRow._fields == _PHYSICAL_COLUMNS
 
 
 def _columns(names: tuple[str, ...]) -> str:
@@ -191,51 +262,83 @@ def _summed(column: str) -> str:
 _GPM_SUMS = tuple(_summed(column) for column in _GPM_COLUMNS)
 
 
+_PIECE_SET = " ON CONFLICT(uuid, job_id, restart, period_start) DO UPDATE SET " + ", ".join(
+    (
+        "start = min(start, excluded.start)",
+        "end = max(end, excluded.end)",
+        _summed("util_sum"),
+        _summed("util_count"),
+        _known("max", "util_max"),
+        _known("min", "util_min"),
+        _summed("active_seconds"),
+        _summed("covered_seconds"),
+        _known("max", "mem_max"),
+        "mem_total = coalesce(excluded.mem_total, mem_total)",  # the newest known
+        _known("+", "power_joules"),
+        _summed("power_seconds"),
+        _known("+", "energy"),
+        _known("max", "temp_max"),
+        "ecc = coalesce(excluded.ecc, ecc)",  # a running total: the newest known
+        "unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated"
+        " ELSE excluded.unallocated END",
+        *_GPM_SUMS,
+    )
+)
 _PIECE_UPSERT = (
     f"INSERT INTO pieces ({_columns(_PieceRow._fields)})"
-    f" VALUES ({_placeholders(_PieceRow._fields)})"
-    " ON CONFLICT(uuid, job_id, restart, period_start) DO UPDATE SET "
+    f" VALUES ({_placeholders(_PieceRow._fields)})" + _PIECE_SET
+)
+# A slot's piece (MIG slice, share): its slot columns too, which do not change in a row,
+# but a MIG slice first read before its first GPM window (memory only so far) is GPM's
+# once any part of the row was measured by GPM.
+_GPM_WINS = ", measured_by = CASE WHEN excluded.measured_by = 'gpm' THEN 'gpm' ELSE measured_by END"
+_SLOT_PIECE_COLUMNS = (*_PieceRow._fields, *_SLOT_COLUMNS)
+_SLOT_PIECE_UPSERT = (
+    f"INSERT INTO pieces ({_columns(_SLOT_PIECE_COLUMNS)})"
+    f" VALUES ({_placeholders(_SLOT_PIECE_COLUMNS)})" + _PIECE_SET + _GPM_WINS
+)
+
+_JOB_ACC_COLUMNS = ("job_id", "restart", "uuid", *_JobAccRow._fields)
+_JOB_ACC_SET = " ON CONFLICT(job_id, restart, uuid) DO UPDATE SET " + ", ".join(
+    (
+        _summed("covered"),
+        _summed("util_sum"),
+        _summed("util_count"),
+        _known("max", "util_max"),
+        _summed("active_seconds"),
+        _known("max", "mem_max"),
+        _summed("mem_gib_seconds"),
+        _known("+", "energy"),
+        _summed("readings"),
+        *_GPM_SUMS,
+    )
+)
+_JOB_ACC_UPSERT = (
+    f"INSERT INTO job_acc ({_columns(_JOB_ACC_COLUMNS)})"
+    f" VALUES ({_placeholders(_JOB_ACC_COLUMNS)})" + _JOB_ACC_SET
+)
+_SLOT_JOB_ACC_COLUMNS = (*_JOB_ACC_COLUMNS, *_SLOT_COLUMNS)
+_SLOT_JOB_ACC_UPSERT = (
+    f"INSERT INTO job_acc ({_columns(_SLOT_JOB_ACC_COLUMNS)})"
+    f" VALUES ({_placeholders(_SLOT_JOB_ACC_COLUMNS)})" + _JOB_ACC_SET + _GPM_WINS
+)
+
+_PHYSICAL_UPSERT = (
+    f"INSERT INTO physical ({_columns(_PHYSICAL_COLUMNS)})"
+    f" VALUES ({_placeholders(_PHYSICAL_COLUMNS)})"
+    " ON CONFLICT(uuid, period_start) DO UPDATE SET "
     + ", ".join(
         (
             "start = min(start, excluded.start)",
             "end = max(end, excluded.end)",
-            _summed("util_sum"),
-            _summed("util_count"),
-            _known("max", "util_max"),
-            _known("min", "util_min"),
-            _summed("active_seconds"),
             _summed("covered_seconds"),
-            _known("max", "mem_max"),
-            "mem_total = coalesce(excluded.mem_total, mem_total)",  # the newest known
             _known("+", "power_joules"),
             _summed("power_seconds"),
             _known("+", "energy"),
             _known("max", "temp_max"),
-            "ecc = coalesce(excluded.ecc, ecc)",  # a running total: the newest known
-            "unallocated = CASE WHEN excluded.unallocated = '' THEN unallocated"
-            " ELSE excluded.unallocated END",
-            *_GPM_SUMS,
-        )
-    )
-)
-
-_JOB_ACC_COLUMNS = ("job_id", "restart", "uuid", *_JobAccRow._fields)
-_JOB_ACC_UPSERT = (
-    f"INSERT INTO job_acc ({_columns(_JOB_ACC_COLUMNS)})"
-    f" VALUES ({_placeholders(_JOB_ACC_COLUMNS)})"
-    " ON CONFLICT(job_id, restart, uuid) DO UPDATE SET "
-    + ", ".join(
-        (
-            _summed("covered"),
-            _summed("util_sum"),
-            _summed("util_count"),
-            _known("max", "util_max"),
-            _summed("active_seconds"),
+            _known("max", "ecc"),  # a running total: merged out of order, its largest
             _known("max", "mem_max"),
-            _summed("mem_gib_seconds"),
-            _known("+", "energy"),
-            _summed("readings"),
-            *_GPM_SUMS,
+            "mem_total = coalesce(excluded.mem_total, mem_total)",
         )
     )
 )
@@ -249,12 +352,22 @@ _SPAN_INSERT = (
 # Sealing: a GPU's periods that ended, an ended run's periods (built once: a statement
 # is looked up in the connection's cache by its text)
 _GPU_PERIODS = "uuid = ? AND period_start <= ?"
+# A GPU with slots (MIG, shares): its own rows and its slots'
+_SLOTTED_PERIODS = "(uuid = ?1 OR parent = ?1) AND period_start <= ?2"
 _RUN_PERIODS = "job_id = ? AND restart = ?"
-_SELECT_PIECES = f"SELECT {_columns(_PieceRow._fields)} FROM pieces WHERE "
+_SELECT_PIECES = f"SELECT {_columns(_SLOT_PIECE_COLUMNS)} FROM pieces WHERE "
 _SELECT_GPU_PERIODS = f"{_SELECT_PIECES}{_GPU_PERIODS} ORDER BY period_start"
+_SELECT_SLOTTED_PERIODS = f"{_SELECT_PIECES}{_SLOTTED_PERIODS} ORDER BY uuid, period_start"
 _SELECT_RUN_PERIODS = f"{_SELECT_PIECES}{_RUN_PERIODS} ORDER BY uuid, period_start"
 _DELETE_GPU_PERIODS = f"DELETE FROM pieces WHERE {_GPU_PERIODS}"
+_DELETE_SLOTTED_PERIODS = f"DELETE FROM pieces WHERE {_SLOTTED_PERIODS}"
 _DELETE_RUN_PERIODS = f"DELETE FROM pieces WHERE {_RUN_PERIODS}"
+_SELECT_PHYSICAL = (
+    f"SELECT {_columns(_PHYSICAL_COLUMNS)} FROM physical"
+    " WHERE uuid = ? AND period_start <= ? ORDER BY period_start"
+)
+_DELETE_PHYSICAL = "DELETE FROM physical WHERE uuid = ? AND period_start <= ?"
+_PIECE_WIDTH = len(_PieceRow._fields)
 
 _NO_GPM = (0.0,) * len(_GPM_COLUMNS)  # _GPM_COLUMNS of a piece GPM did not measure
 
@@ -284,6 +397,19 @@ def _gpm_means(row: _PieceRow | _JobAccRow) -> dict[str, Any]:
     return means
 
 
+def _slot_fields(uuid: str, slot: _Slot) -> dict[str, Any]:
+    """A model's slot fields from a row's slot columns (a whole GPU's: the defaults)."""
+    if not slot.parent:
+        return {}
+    return {
+        "slot_id": uuid,
+        "slot_kind": SlotKind(slot.slot_kind),
+        "share": slot.share,
+        "mig_profile": slot.mig_profile,
+        "measured_by": Measurement(slot.measured_by),
+    }
+
+
 def _mean_power(row: _PieceRow) -> float | None:
     # power_seconds counts only the pieces whose power was read, so they are both known
     # or both absent (0 seconds).
@@ -299,11 +425,14 @@ class PieceBatch:
     piece; what reads those tables (sealing, a job's end) must come after `flush`.
     """
 
-    __slots__ = ("_pieces", "_totals")
+    __slots__ = ("_physical", "_pieces", "_slot_pieces", "_slot_totals", "_totals")
 
     def __init__(self) -> None:
         self._pieces: list[tuple[Any, ...]] = []
         self._totals: list[tuple[Any, ...]] = []
+        self._slot_pieces: list[tuple[Any, ...]] = []
+        self._slot_totals: list[tuple[Any, ...]] = []
+        self._physical: list[tuple[Any, ...]] = []
 
     def add(
         self,
@@ -368,6 +497,63 @@ class PieceBatch:
             )
         )
 
+    def add_slot(
+        self,
+        slot: GpuSlot,
+        model: str,
+        piece: Piece,
+        mem_total: int | None,
+        measured_by: Measurement,
+        unallocated: tuple[int, ...] = (),
+    ) -> None:
+        """One piece of a MIG slice or a share: as `add`, with the slot's columns.
+
+        The physical GPU's figures (power, energy, temperature, ECC) are not a slot's:
+        they are None in its rows (`add_physical` keeps them per GPU).
+        """
+        n_pieces, n_totals = len(self._pieces), len(self._totals)
+        bare = piece._replace(power_watts=None, energy_joules=None)
+        self.add(slot.slot_id, model, bare, mem_total, None, None, unallocated)
+        columns = (
+            slot.parent_uuid,
+            slot.kind.value,
+            slot.share,
+            slot.mig_profile,
+            measured_by.value,
+        )
+        # moved to the slot lists (the whole-GPU ones stay as they were)
+        self._slot_pieces += [(*row, *columns) for row in self._pieces[n_pieces:]]
+        self._slot_totals += [(*row, *columns) for row in self._totals[n_totals:]]
+        del self._pieces[n_pieces:], self._totals[n_totals:]
+
+    def add_physical(
+        self,
+        uuid: str,
+        piece: Piece,
+        mem_total: int | None,
+        temperature: float | None,
+        ecc: int | None,
+    ) -> None:
+        """One piece of a physical GPU's own totals (a GPU in MIG mode or shared)."""
+        seconds = piece.end - piece.start
+        power = piece.power_watts
+        self._physical.append(
+            (
+                uuid,
+                piece.period_start,
+                piece.start,
+                piece.end,
+                seconds,
+                None if power is None else power * seconds,
+                seconds if power is not None else 0.0,
+                piece.energy_joules,
+                temperature,
+                ecc,
+                piece.mem_used_bytes,
+                mem_total,
+            )
+        )
+
     def flush(self, db: sqlite3.Connection) -> None:
         """Writes the pieces added since the last flush."""
         if self._pieces:
@@ -376,6 +562,15 @@ class PieceBatch:
         if self._totals:
             db.executemany(_JOB_ACC_UPSERT, self._totals)
             self._totals.clear()
+        if self._slot_pieces:
+            db.executemany(_SLOT_PIECE_UPSERT, self._slot_pieces)
+            self._slot_pieces.clear()
+        if self._slot_totals:
+            db.executemany(_SLOT_JOB_ACC_UPSERT, self._slot_totals)
+            self._slot_totals.clear()
+        if self._physical:
+            db.executemany(_PHYSICAL_UPSERT, self._physical)
+            self._physical.clear()
 
 
 class Spool:
@@ -487,8 +682,8 @@ class Spool:
         """Every job span the agent knows (running, or ended but not yet summarized)."""
         rows = self._db.execute(f"SELECT {_columns(_SPAN_COLUMNS)} FROM spans")
         return [
-            JobSpan(job, index, start, end, user or "", account or "", partition or "", restart)
-            for job, index, start, end, user, account, partition, restart in rows
+            JobSpan(job, index, start, end, user or "", account or "", partition or "", *rest)
+            for job, index, start, end, user, account, partition, *rest in rows
         ]
 
     @staticmethod
@@ -506,6 +701,8 @@ class Spool:
             # The payload of a job without a SLUID (Slurm before 25.11) stays the one an
             # agent before SLUIDs wrote, which that agent can still read back.
             del payload["sluid"]
+        if not event.shards and not event.shard_kind:
+            del payload["shards"], payload["shard_kind"]  # likewise, without shares
         db.execute(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('event', ?, ?)",
             (event.key, encode(payload)),
@@ -523,6 +720,8 @@ class Spool:
                         event.account,
                         event.partition,
                         event.restart,
+                        event.shards,
+                        event.shard_kind,
                     ),
                 )
         else:
@@ -580,12 +779,57 @@ class Spool:
         batch.flush(db)
 
     @classmethod
-    def seal_periods(cls, db: sqlite3.Connection, node: str, uuid: str, before: float) -> int:
-        """Moves this GPU's period rows that ended by `before` to the outbox."""
-        rows = db.execute(_SELECT_GPU_PERIODS, (uuid, before)).fetchall()
-        cls._seal(db, node, rows)
-        db.execute(_DELETE_GPU_PERIODS, (uuid, before))  # the rows sealed
+    def seal_periods(
+        cls, db: sqlite3.Connection, node: str, uuid: str, before: float, slotted: bool = False
+    ) -> int:
+        """Moves this GPU's period rows that ended by `before` to the outbox.
+
+        With `slotted`, also the rows of its slots (MIG slices, shares: their `parent` is
+        this GPU). Its physical totals of those periods follow them (`physical` rows).
+        Returns the interval rows queued.
+        """
+        if slotted:
+            rows = db.execute(_SELECT_SLOTTED_PERIODS, (uuid, before)).fetchall()
+            cls._seal(db, node, rows)
+            db.execute(_DELETE_SLOTTED_PERIODS, (uuid, before))
+        else:
+            rows = db.execute(_SELECT_GPU_PERIODS, (uuid, before)).fetchall()
+            cls._seal(db, node, rows)
+            db.execute(_DELETE_GPU_PERIODS, (uuid, before))  # the rows sealed
+        cls._seal_physical(db, node, uuid, before)
         return len(rows)
+
+    @staticmethod
+    def _seal_physical(db: sqlite3.Connection, node: str, uuid: str, before: float) -> None:
+        """Queues this GPU's physical totals of the periods that ended by `before`."""
+        found = db.execute(_SELECT_PHYSICAL, (uuid, before)).fetchall()
+        if not found:
+            return
+        queued = []
+        for r in map(_PhysicalRow._make, found):
+            physical = GpuPhysicalInterval(
+                node=node,
+                gpu_uuid=r.uuid,
+                period_start=r.start,
+                period_end=r.end,
+                covered_seconds=r.covered_seconds,
+                power_mean_watts=(
+                    r.power_joules / r.power_seconds
+                    if r.power_joules is not None and r.power_seconds
+                    else None
+                ),
+                energy_joules=r.energy,
+                temperature_max_celsius=r.temp_max,
+                ecc_errors_total=r.ecc,
+                mem_used_max_bytes=r.mem_max,
+                mem_total_bytes=r.mem_total,
+            )
+            key = f"physical:{node}:{r.uuid}:{r.start!r}"
+            queued.append((key, encode(fields_of(physical))))
+        db.executemany(
+            "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('physical', ?, ?)", queued
+        )
+        db.execute(_DELETE_PHYSICAL, (uuid, before))
 
     @classmethod
     def seal_job(cls, db: sqlite3.Connection, node: str, job_id: int, restart: int = 0) -> int:
@@ -601,12 +845,36 @@ class Spool:
 
     @staticmethod
     def _seal(db: sqlite3.Connection, node: str, rows: list[tuple[Any, ...]]) -> None:
-        """Queues period rows (in _PieceRow order) as intervals; the caller deletes them."""
+        """Queues period rows (_SLOT_PIECE_COLUMNS) as intervals; the caller deletes them.
+
+        A whole GPU's rows are also merged into its physical totals (`physical`), which
+        its own seal queues once the period is over.
+        """
         queued = []
-        for r in map(_PieceRow._make, rows):
+        physical = []
+        for row in rows:
+            r = _PieceRow._make(row[:_PIECE_WIDTH])
+            slot = _Slot._make(row[_PIECE_WIDTH:])
+            if not slot.parent:
+                physical.append(
+                    (
+                        r.uuid,
+                        r.period_start,
+                        r.start,
+                        r.end,
+                        r.covered_seconds,
+                        r.power_joules,
+                        r.power_seconds,
+                        r.energy,
+                        r.temp_max,
+                        r.ecc,
+                        r.mem_max,
+                        r.mem_total,
+                    )
+                )
             interval = GpuInterval(
                 node=node,
-                gpu_uuid=r.uuid,
+                gpu_uuid=slot.parent or r.uuid,
                 period_start=r.start,
                 period_end=r.end,
                 job_id=None if r.job_id == NO_JOB else r.job_id,
@@ -624,15 +892,25 @@ class Spool:
                 ecc_errors_total=r.ecc,
                 unallocated_pids=tuple(map(int, r.unallocated.split(","))) if r.unallocated else (),
                 **_gpm_means(r),
+                **_slot_fields(r.uuid, slot),
             )
-            queued.append((f"{node}:{r.uuid}:{r.start!r}", encode(fields_of(interval))))
+            # keyed by its slot: two shares of one GPU in one period are two rows
+            key = f"{node}:{interval.effective_slot_id}:{r.start!r}"
+            queued.append((key, encode(fields_of(interval))))
         db.executemany(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('interval', ?, ?)", queued
         )
+        if physical:
+            db.executemany(_PHYSICAL_UPSERT, physical)
 
     @staticmethod
     def finish_job(
-        db: sqlite3.Connection, node: str, job_id: int, uuids: dict[int, str], restart: int = 0
+        db: sqlite3.Connection,
+        node: str,
+        job_id: int,
+        uuids: Mapping[int, str],
+        restart: int = 0,
+        slot_of: SlotOf | None = None,
     ) -> list[JobGpuSummary]:
         """Turns an ended run's totals into summaries in the outbox; forgets the run.
 
@@ -640,34 +918,48 @@ class Spool:
             db: the open transaction.
             node: this node's name.
             job_id: the ended job.
-            uuids: {Slurm GPU index: uuid} on this node.
+            uuids: {Slurm GPU index: slot id (GPU or MIG UUID)} on this node.
             restart: which run of the job ended (0: the first; Slurm's restart count).
+            slot_of: the slot a span held and how it is measured, from (Slurm index,
+                shards, shard_kind, job, restart); None for the index's whole GPU. A slot's
+                totals, where it has any, say its slot themselves.
 
         Returns:
-            One summary per GPU the run held here.
+            One summary per slot (whole GPU, MIG slice, share) the run held here; its
+            GPU-seconds are the slot's held time (the share is recorded beside them).
         """
         Spool.seal_job(db, node, job_id, restart)
         spans = db.execute(
-            "SELECT slurm_index, start, end, user, account, partition FROM spans"
-            " WHERE job_id = ? AND restart = ? AND end IS NOT NULL",
+            "SELECT slurm_index, start, end, user, account, partition, shards, shard_kind"
+            " FROM spans WHERE job_id = ? AND restart = ? AND end IS NOT NULL",
             (job_id, restart),
         ).fetchall()
         summaries: list[JobGpuSummary] = []
-        for index, start, end, user, account, partition in spans:
-            uuid = uuids.get(index, f"unresolved-index-{index}")
+        for index, start, end, user, account, partition, shards, shard_kind in spans:
+            held = slot_of(index, shards, shard_kind, job_id, restart) if slot_of else None
+            uuid = held[0].slot_id if held else uuids.get(index, f"unresolved-index-{index}")
             found = db.execute(
-                f"SELECT {_columns(_JobAccRow._fields)} FROM job_acc"
+                f"SELECT {_columns((*_JobAccRow._fields, *_SLOT_COLUMNS))} FROM job_acc"
                 " WHERE job_id = ? AND restart = ? AND uuid = ?",
                 (job_id, restart, uuid),
             ).fetchone()
-            acc = _JobAccRow(*found) if found else _NO_ACC
+            acc = _JobAccRow(*found[: len(_JobAccRow._fields)]) if found else _NO_ACC
+            if found and found[len(_JobAccRow._fields)]:  # a slot's totals (parent set)
+                slot = _Slot._make(found[len(_JobAccRow._fields) :])
+            elif held and held[0].kind is not SlotKind.GPU:
+                kept = held[0]
+                slot = _Slot(
+                    kept.parent_uuid, kept.kind.value, kept.share, kept.mig_profile, held[1].value
+                )
+            else:
+                slot = _Slot("", SlotKind.GPU.value, 1.0, "", Measurement.NVML.value)
             gpu_seconds = max(0.0, end - start)
             # Less than a second unaccounted is clock granularity, not missing data.
             missing = gpu_seconds - acc.covered
             summary = JobGpuSummary(
                 job_id=job_id,
                 node=node,
-                gpu_uuid=uuid,
+                gpu_uuid=slot.parent or uuid,
                 gpu_model=acc.model,
                 start=start,
                 end=end,
@@ -685,11 +977,12 @@ class Spool:
                 partition=partition or "",
                 restart=restart,
                 **_gpm_means(acc),
+                **_slot_fields(uuid, slot),
             )
             summaries.append(summary)
             db.execute(
                 "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('summary', ?, ?)",
-                (summary.key, encode(asdict(summary))),
+                (summary.key, encode(fields_of(summary))),
             )
         db.execute("DELETE FROM job_acc WHERE job_id = ? AND restart = ?", (job_id, restart))
         db.execute(

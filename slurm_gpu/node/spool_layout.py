@@ -8,7 +8,7 @@ released, is never edited: a layout change appends one.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The spool layout this agent writes. Raising it needs a step in `MIGRATIONS`."""
 
 _VERSION_1_TABLES = (
@@ -125,6 +125,41 @@ def _add_gpm_columns(table: str) -> tuple[str, ...]:
 
 _VERSION_3_STEP = (*_add_gpm_columns("pieces"), *_add_gpm_columns("job_acc"))
 
+
+def _add_slot_columns(table: str) -> tuple[str, ...]:
+    """Version 4's slot columns of `table` (issue 14): a row of version 3 is a whole GPU.
+
+    `uuid` is then the slot's id (a whole GPU's UUID, a MIG UUID or a share's id) and
+    `parent` its physical GPU ("": `uuid` is itself the GPU).
+    """
+    return tuple(
+        f"ALTER TABLE {table} ADD COLUMN {column}"
+        for column in (
+            "parent TEXT NOT NULL DEFAULT ''",
+            "slot_kind TEXT NOT NULL DEFAULT 'gpu'",
+            "share REAL NOT NULL DEFAULT 1",
+            "mig_profile TEXT NOT NULL DEFAULT ''",
+            "measured_by TEXT NOT NULL DEFAULT 'nvml'",
+        )
+    )
+
+
+_VERSION_4_STEP = (
+    *_add_slot_columns("pieces"),
+    *_add_slot_columns("job_acc"),
+    # gres/shard or gres/mps units a run holds on the GPU of the span (0: the whole slot)
+    "ALTER TABLE spans ADD COLUMN shards INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE spans ADD COLUMN shard_kind TEXT NOT NULL DEFAULT ''",
+    # Each physical GPU's own open shipping period: power, energy, temperature, ECC and
+    # memory whatever its slots (GpuPhysicalInterval), sealed into `physical` outbox rows.
+    """CREATE TABLE IF NOT EXISTS physical (
+    uuid TEXT NOT NULL, period_start REAL NOT NULL, start REAL NOT NULL, end REAL NOT NULL,
+    covered_seconds REAL NOT NULL, power_joules REAL, power_seconds REAL NOT NULL,
+    energy REAL, temp_max REAL, ecc INTEGER, mem_max INTEGER, mem_total INTEGER,
+    PRIMARY KEY (uuid, period_start)
+)""",
+)
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 0 is a new file, or a spool of the releases before versions: they wrote
     # version 1's tables unstamped, creating any that were missing at every open.
@@ -133,6 +168,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: _VERSION_2_STEP,
     # Version 3: GPM figures (issue #13). Rows of version 2 were never measured by GPM.
     2: _VERSION_3_STEP,
+    # Version 4: GPU slots (issue 14): MIG slices and shares, per-GPU physical totals.
+    # Rows of version 3 are whole GPUs and spans hold no shares.
+    3: _VERSION_4_STEP,
 }
 """{version: the statements that bring a spool of that version to the next one}.
 

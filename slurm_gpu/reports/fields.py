@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from slurm_gpu.activity import measurement_text, share_text
 from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
 from slurm_gpu.slurm.timespec import format_elapsed, format_sacct_time
 from slurm_gpu.units import GIB, is_known
@@ -60,6 +61,16 @@ def _time_get(name: str) -> Callable[[Mapping[str, Any]], Cell]:
         return float(value) if is_known(value) else None
 
     return get
+
+
+def _share(record: Mapping[str, Any]) -> Cell:
+    value = record.get("share")
+    return share_text(float(value)) if is_known(value) else None
+
+
+def _measured(record: Mapping[str, Any]) -> Cell:
+    value = record.get("measured_by")
+    return measurement_text(str(value)) if is_known(value) and value else None
 
 
 def job_fields(currency: str = "") -> dict[str, Field]:
@@ -196,6 +207,34 @@ def job_fields(currency: str = "") -> dict[str, Field]:
         ),
         Field(
             "DataSource", 10, "summary (finished) or intervals (running)", _key("source"), fmt_text
+        ),
+        # GPU slots (issue 14, --gpus): what the job held of the GPU and how it was measured.
+        Field(
+            "Slot",
+            40,
+            "Slot id: GPU UUID, MIG UUID or share id (--gpus)",
+            _key("slot_id"),
+            fmt_text,
+        ),
+        Field("SlotKind", 8, "gpu, mig, shard or mps (--gpus)", _key("slot_kind"), fmt_text),
+        Field(
+            "MIGProfile", 10, "MIG slice profile, 1g.10gb (--gpus)", _key("mig_profile"), fmt_text
+        ),
+        Field("Share", 6, "The slot's share of its GPU, 1/7 (--gpus)", _share, fmt_text),
+        Field(
+            "MeasuredBy",
+            20,
+            "How the slot was measured: NVML samples, GPM of its GPU instance, memory only, "
+            "per process (--gpus)",
+            _measured,
+            fmt_text,
+        ),
+        Field(
+            "PhysGPUHours",
+            12,
+            "Physical GPU-hours: share of the GPU x hours held (a 1g.10gb slice: 1/7)",
+            _hours("physical_gpu_seconds"),
+            h4,
         ),
     ]
     return {f.name: f for f in fields}

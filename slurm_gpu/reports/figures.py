@@ -329,6 +329,20 @@ class Groups:
         return out
 
 
+def physical_seconds(rows: pd.DataFrame, key: str | None = None) -> dict[Any, float]:
+    """Physical GPU-seconds per group (`key`; None: every row, keyed None).
+
+    A GPU slot's GPU-seconds are slot-seconds held; `share x` them is its part of the
+    physical GPU (issue 14): seven 1g.10gb slices held for an hour are 7 slot-hours and
+    one physical GPU-hour. A row without a share (from before slots) is a whole GPU.
+    """
+    groups = Groups(rows, key)
+    held = np.nan_to_num(groups.column("gpu_seconds"))
+    share = groups.column("share") if "share" in rows else np.ones(len(held))
+    physical = held * np.where(np.isnan(share), 1.0, share)
+    return {k: _sum(physical[a:b]) for k, (a, b) in zip(groups.keys, groups.bounds, strict=True)}
+
+
 def figures(rows: pd.DataFrame) -> dict[str, Any]:
     """The report figures (FIGURE_KEYS) of all `rows` together: a totals row."""
     return Groups(rows).figures()[0][1]

@@ -59,9 +59,15 @@ FIGURE_JOB_COLUMNS = [
 ]
 # The store's job columns they come from (user, account and partition as one text).
 FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
-# One row per job and GPU: the store's summary rows, column for column, and their NVML
-# GPM columns (revision 0006; figures.GPM_COLUMNS, by the same names).
-GPU_COLUMNS = [*queries.SUMMARY_ROW_COLUMNS, *queries.GPM_SUMMARY_COLUMNS]
+# One row per job and GPU slot: the store's summary rows, column for column, their NVML
+# GPM columns (revision 0006; figures.GPM_COLUMNS, by the same names) and their slot's
+# id, kind, share, MIG profile and measurement (revision 0009; a whole GPU's slot id is
+# its UUID, its kind "gpu", share 1, measured by "nvml").
+GPU_COLUMNS = [
+    *queries.SUMMARY_ROW_COLUMNS,
+    *queries.GPM_SUMMARY_COLUMNS,
+    *queries.SLOT_SUMMARY_COLUMNS,
+]
 # The GPU figures report figures are summed from,
 FIGURE_GPU_NUMBERS = (
     "gpu_seconds",
@@ -72,13 +78,26 @@ FIGURE_GPU_NUMBERS = (
     "missing_seconds",
     *queries.GPM_SUMMARY_COLUMNS,
 )
+# and what prices and groups a slot (issue 14: its kind, share of its GPU, MIG profile),
+FIGURE_SLOT_COLUMNS = ("slot_kind", "share", "mig_profile")
 # in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
-FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS]
+FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS]
 # read as these (node and model as one text).
-FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS)
+FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS)
 # Text columns with few distinct values, held as categoricals: grouping and joining on
 # them then works on integer codes, factorized once here instead of in every report.
-CATEGORICAL_COLUMNS = ("user", "account", "partition", "node", "gpu_uuid", "gpu_model")
+CATEGORICAL_COLUMNS = (
+    "user",
+    "account",
+    "partition",
+    "node",
+    "gpu_uuid",
+    "gpu_model",
+    "slot_id",
+    "slot_kind",
+    "mig_profile",
+    "measured_by",
+)
 # Store rows as read: the driver's tuples, or (a figures-only read) one numpy
 # structured array of `numpy_dtype(columns)`.
 Records = list[tuple[Any, ...]] | np.ndarray
@@ -354,6 +373,11 @@ def gpu_rows(
                 "source": "intervals",
                 "data_until": t.last_period_end,
                 **_interval_gpm(t),
+                "slot_id": t.slot_id or t.gpu_uuid,
+                "slot_kind": t.slot_kind.value,
+                "share": t.share,
+                "mig_profile": t.mig_profile,
+                "measured_by": t.measured_by.value,
             }
             running.append(tuple(row[name] for name in read))
         if unsummarized is not None:
@@ -371,7 +395,7 @@ def gpu_rows(
     # The summaries by job, node, GPU (in string order on every backend), sorted here
     # as integer codes: cheaper than a database sort or a sort of tuples. A figures-only
     # read has no GPU column: a job's GPUs on a node stay in the order read.
-    sort_by = [name for name in ("gpu_uuid", "node", "job_id") if name in frame.columns]
+    sort_by = [name for name in ("slot_id", "gpu_uuid", "node", "job_id") if name in frame.columns]
     keys = tuple(
         (frame[name].cat.codes if name != "job_id" else frame[name]).to_numpy()[:summarized]
         for name in sort_by
@@ -456,6 +480,12 @@ def _unmeasured_rows(
                 "data_until": None,
                 "gpm_seconds": 0.0,
                 **dict.fromkeys(GPM_COLUMNS[1:]),
+                # Whole GPUs as far as anybody knows; nothing measured them.
+                "slot_id": "",
+                "slot_kind": "gpu",
+                "share": 1.0,
+                "mig_profile": "",
+                "measured_by": "",
             }
             out.append(tuple(row[name] for name in read))
     return out
@@ -507,6 +537,9 @@ _NUMPY_DTYPES = {
     "gpus": "f8",
     **{name: "f8" for name in ("submit_time", "start_time", "end_time")},
     **{name: "f8" for name in FIGURE_GPU_NUMBERS},
+    "share": "f8",
+    "slot_kind": "O",  # texts as objects (numpy reads them so from the driver's tuples)
+    "mig_profile": "O",
 }
 
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slurm_gpu.activity import measurement_text, slot_text
 from slurm_gpu.models import GpuActivity
 from slurm_gpu.reports.records import is_running
 from slurm_gpu.reports.runs import notes_per_run, run_of, runs
@@ -404,6 +405,11 @@ def render_job(
             "(agent down, GPU lost); neither active nor idle, charged all the same"
         )
     lines.append(_gpm_totals(job, gpus))
+    if has_slot(gpus):
+        lines.append(
+            f"  Slot-hours held {_hours(job.get('gpu_seconds'))}  physical GPU-hours "
+            f"{_hours(job.get('physical_gpu_seconds'))} (share of the GPU x slot-hours)"
+        )
     lines.append("")
     if gpus:
         lines.append(
@@ -429,6 +435,7 @@ def render_job(
             f"{bar(_f(mem) / _f(total) if is_known(mem) and total else None)}"
         )
     lines.extend(_gpm_table(gpus, several))
+    lines.extend(_slot_table(gpus, several))
     drawn = render_timeline(timeline, ascii_only=ascii_only)
     if drawn:
         lines.append("")
@@ -439,6 +446,42 @@ def render_job(
         lines.append("Notes:")
         lines.extend(f"  - {n}" for n in advice)
     return "\n".join(lines) + "\n"
+
+
+def has_slot(gpus: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a GPU row is a MIG slice or a share (issue 14), not a whole GPU."""
+    return any(str(g.get("slot_kind") or "gpu") != "gpu" for g in gpus if g.get("gpu_uuid"))
+
+
+def slot_of(gpu: Mapping[str, Any]) -> str:
+    """A GPU row's slot in words: "whole GPU GPU-...", "MIG 1g.10gb of GPU-..."."""
+    share = gpu.get("share")
+    return slot_text(
+        str(gpu.get("slot_kind") or "gpu"),
+        str(gpu.get("slot_id") or gpu.get("gpu_uuid") or ""),
+        str(gpu.get("gpu_uuid") or ""),
+        _f(share) if is_known(share) else 1.0,
+        str(gpu.get("mig_profile") or ""),
+    )
+
+
+def measurement_of(gpu: Mapping[str, Any]) -> str:
+    """How a GPU row was measured, in words ("GPM of its GPU instance")."""
+    return measurement_text(str(gpu.get("measured_by") or "nvml"))
+
+
+def _slot_table(gpus: Sequence[Mapping[str, Any]], several: bool) -> list[str]:
+    """Per slot, where the job held a MIG slice or a share: the slot and its measurement."""
+    if not has_slot(gpus):
+        return []
+    lines = ["", f"  {'Run ' if several else ''}{'Node':<8} Slot: measured by"]
+    shown = [g for g in gpus if g.get("gpu_uuid")]
+    for g in sorted(shown, key=lambda g: (run_of(g), g["node"], g["gpu_uuid"])):
+        lines.append(
+            f"  {f'{run_of(g):<4}' if several else ''}{g['node']:<8} {slot_of(g)}: "
+            f"{measurement_of(g)}"
+        )
+    return lines
 
 
 def _gpm_totals(job: Mapping[str, Any], gpus: Sequence[Mapping[str, Any]]) -> str:

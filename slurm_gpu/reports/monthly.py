@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports import efficiency as gpm
-from slurm_gpu.reports.figures import Groups, idle_seconds
+from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import prorated
+from slurm_gpu.reports.summary import has_slots, prorated, slot_groups
 from slurm_gpu.reports.usage import JobFilter, Usage, with_job_listing
 from slurm_gpu.store import queries
 from slurm_gpu.store.control import AuditEntry
@@ -71,6 +71,9 @@ class MonthlyReport:
     efficiency_users: list[dict[str, Any]] = field(default_factory=list)
     efficiency_note: str | None = None
     charge: str = "held"
+    # GPU slots (issue 14): GPU-hours and cost by GPU model and slot ("H100 MIG 1g.10gb"),
+    # held slot-hours and physical GPU-hours apart; empty where every GPU was whole.
+    slots: list[dict[str, Any]] = field(default_factory=list)
 
 
 def month_bounds(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:
@@ -183,6 +186,7 @@ def build_monthly(
         efficiency_users=gpm.efficiency(users, users=True),
         efficiency_note=gpm.unmeasured_note(rows, total),
         charge=env.config.cost.charge,
+        slots=_slots(rows) if has_slots(rows) else [],
     )
     if not env.scope.all:
         report.notes.append(
@@ -338,6 +342,16 @@ def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
             record["idle_cost"] = groups.sum("idle_cost", a, b)
             out.append(record)
     out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
+    return out
+
+
+def _slots(rows: pd.DataFrame) -> list[dict[str, Any]]:
+    """GPU-hours (slot-hours held), physical GPU-hours and cost per model and slot."""
+    rows = rows.assign(slot=slot_groups(rows))
+    physical = physical_seconds(rows, "slot")
+    out = _grouped(rows, "slot")
+    for record in out:
+        record["physical_gpu_hours"] = physical.get(record["key"], 0.0) / 3600.0
     return out
 
 
@@ -565,13 +579,19 @@ CSV_FILES: dict[str, tuple[str, list[str]]] = {
                                            "gpu_hours_returned", "reason"]),
 }  # fmt: skip
 HEADERS = {"key": "name"}
+# Written only where a job held a MIG slice or a share (so whole-GPU months are unchanged).
+SLOT_CSV: dict[str, tuple[str, list[str]]] = {
+    "slots.csv": ("slots", ["key", "jobs", "users", "gpu_hours", "physical_gpu_hours", "cost",
+                            "util_mean_percent", "idle_gpu_hours", "idle_cost"]),
+}  # fmt: skip
 
 
 def write_monthly(report: MonthlyReport, out: Path) -> list[Path]:
     """index.html and one CSV per section into `out` (created); returns the files."""
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, (attribute, columns) in CSV_FILES.items():
+    files = {**CSV_FILES, **(SLOT_CSV if report.slots else {})}
+    for name, (attribute, columns) in files.items():
         path = out / name
         with path.open("w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)

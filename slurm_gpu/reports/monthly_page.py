@@ -201,6 +201,16 @@ def render_page(report: MonthlyReport) -> str:
     nav = "".join(f'<a href="#{k}">{esc(t)}</a>' for k, t in SECTIONS)
     title = f"GPU usage report {report.month}: {report.cluster}"
     body = "".join(_section(k, titles[k], *parts[k]) for k, _ in SECTIONS)
+    if report.slots:  # MIG slices and shares (issue 14): held slot-hours and GPU-hours
+        body += _section(
+            "slots",
+            "GPU slots: MIG slices and shares",
+            table([text_col("Model and slot", "key"), col("Jobs", "jobs", 0),
+                   col("Slot-hours", "gpu_hours"), col("GPU-hours", "physical_gpu_hours"),
+                   col(f"Cost {cur}", "cost", 2)], report.slots),
+            '<p class="small">Slot-hours are held; GPU-hours are the physical GPU\'s share '
+            "(a 1g.10gb slice of seven: 1/7 of each slot-hour), as the cost is.</p>",
+        )  # fmt: skip
     meta = (
         f"Cluster {report.cluster} | {_when(report.since)} to {_when(report.until)} | "
         f"generated {_when(report.generated)} | {report.scope} | cost per {report.unit} "

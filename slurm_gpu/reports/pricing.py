@@ -6,6 +6,14 @@ GPU row's charge by what NVML GPM measured: of the share of its GPU-seconds GPM 
 priced apart (`idle_held_cost`, not in `cost`); the share GPM did not measure (a GPU
 without GPM, readings missing) is charged as held. Unknown is never idle, nor free:
 `cost + idle_held_cost` is always what "held" charges.
+
+GPU slots (issue 14): a `[cost] prices` key "model:profile" ("h100:1g.10gb") prices a MIG
+slice of that profile per slot-hour. Without one, a MIG slice costs its share of its
+GPU's price (`share x` the model's price; 1g.10gb of an H100: 1/7), and a shard or MPS
+share its share, so seven 1g slices held for a month bill as one GPU-month
+(`[cost] slot_price = "whole"` charges every slot its GPU's full price instead). A whole
+GPU's share is 1: its price is as before. GPU-memory-hours are priced by the model (or
+"model:profile") alone: a GiB-hour is one whatever holds it.
 """
 
 from __future__ import annotations
@@ -17,12 +25,54 @@ from slurm_gpu.config.reports import CostSettings
 
 
 def price_for(model: str, cost: CostSettings) -> float:
-    """Price per unit of a GPU model: the longest [cost] prices key the model contains."""
+    """Price per unit of a GPU model: the longest [cost] prices key the model contains.
+
+    Keys naming a MIG profile ("h100:1g.10gb") price slices only (`slot_price_for`).
+    """
     lowered = model.lower()
-    matches = [k for k in cost.prices if k.lower() in lowered]
+    matches = [k for k in cost.prices if ":" not in k and k.lower() in lowered]
     if not matches:
         return cost.default_price
     return cost.prices[max(matches, key=len)]
+
+
+def profile_price_for(model: str, profile: str, cost: CostSettings) -> float | None:
+    """The [cost] prices "model:profile" key's price of a MIG slice; None without one.
+
+    The profile must be the slice's ("1g.10gb", case-insensitive); of the keys whose
+    model part the model contains, the longest wins, as for models.
+    """
+    if not profile:
+        return None
+    lowered, wanted = model.lower(), profile.lower()
+    matches = []
+    for key in cost.prices:
+        name, colon, key_profile = key.lower().rpartition(":")
+        if colon and key_profile.strip() == wanted and name.strip() in lowered:
+            matches.append(key)
+    return cost.prices[max(matches, key=len)] if matches else None
+
+
+def slot_price_for(
+    model: str, cost: CostSettings, share: float = 1.0, profile: str = "", *, per_gpu: bool = True
+) -> float:
+    """Price per unit of one GPU slot (module docstring).
+
+    Args:
+        model: the physical GPU's model.
+        cost: [cost].
+        share: the slot's part of its GPU (1: a whole GPU).
+        profile: a MIG slice's profile ("" otherwise).
+        per_gpu: the unit is GPU time (gpu_hour, job_hour), so the share applies; False
+            for GPU-memory-hours.
+    """
+    explicit = profile_price_for(model, profile, cost)
+    if explicit is not None:
+        return explicit
+    price = price_for(model, cost)
+    if per_gpu and cost.slot_price == "share" and 0.0 <= share < 1.0:
+        return price * share
+    return price
 
 
 def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
@@ -38,9 +88,7 @@ def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) 
         if cost is not None and cost.charge == "effective":
             gpus["idle_held_cost"] = gpus["cost"]
         return gpus
-    codes, models = pd.factorize(gpus["gpu_model"], use_na_sentinel=False)
-    by_model = np.array([price_for(str(m), cost) for m in models], dtype=float)
-    prices = pd.Series(by_model[codes], index=gpus.index)
+    prices = _slot_prices(gpus, cost)
     if cost.unit == "gpu_hour":
         units = gpus["gpu_seconds"] / 3600.0
     elif cost.unit == "gpu_mem_hour":
@@ -57,6 +105,37 @@ def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) 
     else:
         gpus["cost"] = held
     return gpus
+
+
+def _slot_prices(gpus: pd.DataFrame, cost: CostSettings) -> pd.Series:
+    """Each GPU row's price per unit: by model, and for a slot by its profile and share.
+
+    Rows from before slots (no slot columns) are whole GPUs.
+    """
+    slotted = "share" in gpus and "mig_profile" in gpus
+    if not slotted:
+        codes, models = pd.factorize(gpus["gpu_model"], use_na_sentinel=False)
+        by_model = np.array([price_for(str(m), cost) for m in models], dtype=float)
+        return pd.Series(by_model[codes], index=gpus.index)
+    share = pd.to_numeric(gpus["share"]).to_numpy(dtype=float, na_value=np.nan)
+    share = np.where(np.isnan(share), 1.0, share)
+    keys = pd.DataFrame(
+        {
+            "model": gpus["gpu_model"].astype(object).to_numpy(),
+            "profile": gpus["mig_profile"].astype(object).to_numpy(),
+            "share": share,
+        }
+    )
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(keys.fillna("")))
+    per_gpu = cost.unit != "gpu_mem_hour"
+    by_slot = np.array(
+        [
+            slot_price_for(str(m or ""), cost, float(f), str(p or ""), per_gpu=per_gpu)
+            for m, p, f in uniques
+        ],
+        dtype=float,
+    )
+    return pd.Series(by_slot[codes], index=gpus.index)
 
 
 def unused_share(gpus: pd.DataFrame) -> np.ndarray:

@@ -5,6 +5,11 @@ of the job inside the period (a job that ran half inside counts half), as srepor
 counts usage inside its period. Utilization is weighted by GPU-hours; queue wait is per
 job (Start - Submit), its mean and 95th percentile (linear interpolation, pandas'
 default) over the jobs that started.
+
+GPU slots (issue 14): `report slots` groups by GPU model and slot ("H100 MIG 1g.10gb",
+"A100 shard", a whole GPU by its model alone). GPUHours are slot-hours held; where any
+row is a MIG slice or a share, PhysGPUHours adds the physical GPU-hours (`share x`
+slot-hours), so seven 1g.10gb slices for an hour are 7 slot-hours and 1 GPU-hour.
 """
 
 from __future__ import annotations
@@ -16,18 +21,19 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from slurm_gpu.reports.figures import figures, grouped_figures
+from slurm_gpu.reports.figures import figures, grouped_figures, physical_seconds
 from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
 from slurm_gpu.reports.usage import Usage
 from slurm_gpu.units import is_known
 
-GroupBy = Literal["user", "account", "partition", "node", "gpu_model", "cluster"]
+GroupBy = Literal["user", "account", "partition", "node", "gpu_model", "slot", "cluster"]
 GROUP_KEYS: dict[str, str] = {
     "users": "user",
     "accounts": "account",
     "partitions": "partition",
     "nodes": "node",
     "gpu-models": "gpu_model",
+    "slots": "slot",
     "cluster": "cluster",
 }
 GROUP_TITLES = {
@@ -36,6 +42,7 @@ GROUP_TITLES = {
     "partition": "Partition",
     "node": "Node",
     "gpu_model": "GPUModel",
+    "slot": "Slot",
     "cluster": "Cluster",
 }
 TOTAL = "TOTAL"
@@ -134,16 +141,21 @@ def build_report(
     rows = prorated(usage, since, until, now)
     rows = rows[rows["fraction"] > 0] if len(rows) else rows
     rows = rows.assign(cluster=cluster or "cluster")
+    if group == "slot":
+        rows = rows.assign(slot=slot_groups(rows))
     key = group
     groups: list[dict[str, Any]] = []
     if len(rows):
+        physical = physical_seconds(rows, key)
         for value, group_figures in grouped_figures(rows, key):
-            groups.append({"key": value, **group_figures})
+            groups.append(
+                {"key": value, **group_figures, "physical_gpu_hours": physical[value] / 3600.0}
+            )
     if group == "node":
         seen = {g["key"] for g in groups}
         for node in all_nodes:
             if node not in seen:
-                groups.append({"key": node, **figures(rows.iloc[0:0])})
+                groups.append({"key": node, **figures(rows.iloc[0:0]), "physical_gpu_hours": 0.0})
         total_hours = sum(g["gpu_hours"] for g in groups)
         mean_share = 1.0 / len(groups) if groups else 0.0
         for g in groups:
@@ -153,7 +165,11 @@ def build_report(
                 if total_hours and g["gpu_hours"] / total_hours > busy_factor * mean_share
                 else ""
             )
-    total = {"key": TOTAL, **figures(rows)}
+    total = {
+        "key": TOTAL,
+        **figures(rows),
+        "physical_gpu_hours": (physical_seconds(rows)[None] / 3600.0) if len(rows) else 0.0,
+    }
     if group == "node":
         total["share_percent"] = 100.0 if groups else 0.0
         total["busy"] = ""
@@ -169,8 +185,42 @@ def build_report(
     return Report(group, groups, total, waste[:waste_top])
 
 
+def has_slots(rows: pd.DataFrame) -> bool:
+    """Whether any GPU row is a MIG slice or a share (not a whole GPU)."""
+    if "slot_kind" not in rows or not len(rows):
+        return False
+    kinds = rows["slot_kind"].astype(object)
+    return bool((kinds.notna() & (kinds != "") & (kinds != "gpu")).any())
+
+
+def slot_groups(rows: pd.DataFrame) -> pd.Series:
+    """Each row's `report slots` group: "H100 MIG 1g.10gb", "A100 shard", "H100".
+
+    The GPU model, and for a slot that is not a whole GPU its kind (and MIG profile).
+    """
+    kinds = (
+        rows["slot_kind"].astype(object).fillna("gpu")
+        if "slot_kind" in rows
+        else pd.Series("gpu", index=rows.index)
+    )
+    profiles = (
+        rows["mig_profile"].astype(object).fillna("")
+        if "mig_profile" in rows
+        else pd.Series("", index=rows.index)
+    )
+    models = rows["gpu_model"].astype(object).fillna("")
+    names = {"mig": "MIG", "shard": "shard", "mps": "MPS"}
+    out = []
+    for model, kind, profile in zip(models, kinds, profiles, strict=True):
+        label = names.get(str(kind), "")
+        if label == "MIG" and profile:
+            label = f"MIG {profile}"
+        out.append(" ".join(part for part in (str(model), label) if part) or "?")
+    return pd.Series(out, index=rows.index, dtype=object)
+
+
 def _sorted(groups: list[dict[str, Any]], sort: str | None) -> list[dict[str, Any]]:
-    fields = report_fields("", charge="effective")  # every field a report may have
+    fields = report_fields("", charge="effective", slots=True)  # every field a report may have
     name = sort or "GPUHours"
     by_lower = {n.lower(): f for n, f in fields.items()}
     chosen = by_lower.get(name.lower())
@@ -197,10 +247,13 @@ def _get(name: str) -> Any:
     return get
 
 
-def report_fields(currency: str, group: str = "user", charge: str = "held") -> dict[str, Field]:
+def report_fields(
+    currency: str, group: str = "user", charge: str = "held", slots: bool = False
+) -> dict[str, Field]:
     """The columns of a report; the first is the group's name.
 
-    IdleHeldCost only where `charge` ([cost] charge) is "effective".
+    IdleHeldCost only where `charge` ([cost] charge) is "effective"; PhysGPUHours only
+    where `slots` (a row is a MIG slice or a share, or the report is by slot).
     """
     cost_unit = f" ({currency})" if currency else ""
     h4 = fixed(4)
@@ -208,7 +261,20 @@ def report_fields(currency: str, group: str = "user", charge: str = "held") -> d
         Field(GROUP_TITLES.get(group, "Key"), -22, "What the row is about", _get("key"), fmt_text),
         Field("Jobs", 6, "GPU jobs", _get("jobs"), fmt_int),
         Field("Users", 5, "Distinct users", _get("users"), fmt_int),
-        Field("GPUHours", 10, "GPU-hours in the period", _get("gpu_hours"), h4),
+        Field("GPUHours", 10, "GPU-hours in the period (slot-hours held)", _get("gpu_hours"), h4),
+        *(
+            [
+                Field(
+                    "PhysGPUHours",
+                    12,
+                    "Physical GPU-hours: share of its GPU x slot-hours (a 1g.10gb slice: 1/7)",
+                    _get("physical_gpu_hours"),
+                    h4,
+                )
+            ]
+            if slots
+            else []
+        ),
         Field("GPUMemHours", 11, "GPU memory in use x hours, GiB-hours", _get("gpu_mem_hours"), h4),
         Field(
             "GPUUtilAvg",

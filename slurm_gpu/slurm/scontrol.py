@@ -41,6 +41,8 @@ a larger one is damage, and would otherwise make `0-999999999` a billion-item tu
 _MAX_JOB_ID = 2**32  # Slurm job ids are uint32
 _DETAIL_LINE = re.compile(r"^\s+Nodes=(\S+)\s(?:.*\s)?GRES=(\S*)\s*$")
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::([^:(),]+))?(?::(\d+))?\(IDX:([^)]*)\)")
+# gres/shard and gres/mps on one node: "shard:2(IDX:0)", "shard:a100:2(IDX:0)", "mps:50(...)"
+_SHARE_GRES = re.compile(r"(?:^|,)(shard|mps)(?::([^:(),]+))?:(\d+)\(IDX:([^)]*)\)")
 
 
 def parse_index_list(text: str) -> tuple[int, ...]:
@@ -162,6 +164,34 @@ def _node_gpus(body: str) -> NodeGpus:
                 raise ValueError(f"node {node} listed twice")
             per_node[node] = indices
     return tuple(per_node.items())
+
+
+def job_node_shares(text: str, job_id: int, node: str) -> tuple[str, int] | None:
+    """(kind, count) of the gres/shard or gres/mps units job `job_id` holds on `node`.
+
+    From `scontrol -d show job JOB` output, whose per-node detail lines name them
+    (`Nodes=gpu4 CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)`; seen on Slurm 22.05). The prolog's
+    environment does not say (a shard job's is a whole-GPU job's: SLURM_JOB_GPUS=0),
+    so this is where the node agent learns it. None: the job holds none there.
+
+    Raises:
+        ValueError: the job's detail lines do not parse.
+    """
+    for _start, body_start, found in _record_starts(text, {}):
+        if found != job_id:
+            continue
+        end = text.find("\nJobId=", body_start)
+        for line in text[body_start : len(text) if end < 0 else end].splitlines():
+            match = _DETAIL_LINE.match(line)
+            if match is None or node not in expand_hostlist(match.group(1)):
+                continue
+            shares = list(_SHARE_GRES.finditer(match.group(2)))
+            if len(shares) > 1:
+                raise ValueError(f"node {node}: {len(shares)} share entries in {match.group(2)!r}")
+            if shares:
+                return shares[0].group(1), int(shares[0].group(3))
+        return None
+    return None
 
 
 def gpus_from_gres_detail(nodes: tuple[str, ...], detail: tuple[str, ...]) -> NodeGpus | None:

@@ -15,9 +15,12 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobEventKind,
     JobGpuSummary,
+    Measurement,
+    SlotKind,
 )
 
 Row = dict[str, Any]
@@ -25,6 +28,7 @@ Row = dict[str, Any]
 INTERVAL_FIELDS = tuple(f.name for f in dataclasses.fields(GpuInterval))
 SUMMARY_FIELDS = tuple(f.name for f in dataclasses.fields(JobGpuSummary))
 ACTIVITY_FIELDS = tuple(f.name for f in dataclasses.fields(GpuActivity))
+PHYSICAL_FIELDS = tuple(f.name for f in dataclasses.fields(GpuPhysicalInterval))
 
 
 def _defaults(model: type) -> dict[str, Any]:
@@ -42,8 +46,31 @@ _ACTIVITY_DEFAULTS = _defaults(GpuActivity)
 
 
 def _values(row: Mapping[Any, Any], fields: tuple[str, ...], defaults: Row) -> Row:
-    """The model's fields from `row`; a field the row lacks takes its default."""
-    return {name: row[name] if name in row else defaults[name] for name in fields}
+    """The model's fields from `row`; a field the row lacks takes its default.
+
+    The slot columns (revision 0009) read as the models hold them: a whole GPU's
+    slot id (its UUID) as "", the kind and measurement as their enums.
+    """
+    values = {name: row[name] if name in row else defaults[name] for name in fields}
+    if "slot_id" in values:
+        values["slot_id"] = slot_of_row(values["gpu_uuid"], values["slot_id"])
+        values["slot_kind"] = SlotKind(values["slot_kind"])
+        values["measured_by"] = Measurement(values["measured_by"])
+        values["share"] = float(values["share"])
+    return values
+
+
+def slot_of_row(gpu_uuid: str, slot_id: str | None) -> str:
+    """A stored slot id as the models hold it: "" for the whole GPU `gpu_uuid`."""
+    return "" if not slot_id or slot_id == gpu_uuid else slot_id
+
+
+def _slot_row(row: Row, model: GpuInterval | JobGpuSummary | GpuActivity) -> Row:
+    """`row` with the stored form of the slot columns: the effective slot id, plain text."""
+    row["slot_id"] = model.effective_slot_id
+    row["slot_kind"] = SlotKind(model.slot_kind).value
+    row["measured_by"] = Measurement(model.measured_by).value
+    return row
 
 
 # Jobs-row columns a hook event can fill; the rest (job_name, submit_time...) come from Slurm.
@@ -85,7 +112,7 @@ def interval_to_row(interval: GpuInterval) -> Row:
     """A GpuInterval as a `gpu_intervals` row (same column names as the fields)."""
     row = {name: getattr(interval, name) for name in INTERVAL_FIELDS}
     row["unallocated_pids"] = pids_to_text(interval.unallocated_pids)
-    return row
+    return _slot_row(row, interval)
 
 
 def row_to_interval(row: Mapping[Any, Any]) -> GpuInterval:
@@ -99,7 +126,7 @@ def summary_to_row(summary: JobGpuSummary, cluster: str) -> Row:
     """A JobGpuSummary as a `job_gpu_summaries` row of `cluster`."""
     row = {name: getattr(summary, name) for name in SUMMARY_FIELDS}
     row["cluster"] = cluster
-    return row
+    return _slot_row(row, summary)
 
 
 def row_to_summary(row: Mapping[Any, Any]) -> JobGpuSummary:
@@ -111,12 +138,22 @@ def activity_to_row(activity: GpuActivity, cluster: str) -> Row:
     """A GpuActivity as a `gpu_activity` row of `cluster`."""
     row = {name: getattr(activity, name) for name in ACTIVITY_FIELDS}
     row["cluster"] = cluster
-    return row
+    return _slot_row(row, activity)
 
 
 def row_to_activity(row: Mapping[Any, Any]) -> GpuActivity:
     """Inverse of `activity_to_row` (the cluster column is dropped)."""
     return GpuActivity(**_values(row, ACTIVITY_FIELDS, _ACTIVITY_DEFAULTS))
+
+
+def physical_to_row(physical: GpuPhysicalInterval) -> Row:
+    """A GpuPhysicalInterval as a `gpu_physical_intervals` row (same names as the fields)."""
+    return {name: getattr(physical, name) for name in PHYSICAL_FIELDS}
+
+
+def row_to_physical(row: Mapping[Any, Any]) -> GpuPhysicalInterval:
+    """Inverse of `physical_to_row`."""
+    return GpuPhysicalInterval(**{name: row[name] for name in PHYSICAL_FIELDS})
 
 
 def device_to_row(node: str, device: GpuDevice, seen_at: float) -> Row:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import sqlalchemy as sa
 
-from slurm_gpu.models import JobGpuSummary
+from slurm_gpu.models import JobGpuSummary, Measurement, SlotKind
 from slurm_gpu.store import convert
 from slurm_gpu.store.dialect import BULK_ROWS
 from slurm_gpu.store.gpm_means import GpmMeans
@@ -35,10 +35,11 @@ _Key = TypeVar("_Key", int, str)
 
 @dataclass(frozen=True)
 class IntervalTotals(GpmMeans):
-    """One running job's use of one GPU, summed over its stored intervals.
+    """One running job's use of one GPU slot, summed over its stored intervals.
 
     The same figures a `JobGpuSummary` holds, so a running job reads like a finished one;
-    `last_period_end` says how fresh they are.
+    `last_period_end` says how fresh they are. `gpu_uuid` is the physical GPU, `slot_id`
+    the slot's id as stored (a whole GPU's is its UUID).
     """
 
     job_id: int
@@ -67,6 +68,13 @@ class IntervalTotals(GpmMeans):
     tensor_active_gpm_seconds: float = 0.0
     dram_bw_weighted_sum: float = 0.0
     dram_bw_gpm_seconds: float = 0.0
+    # The slot (revision 0009); a whole GPU's slot_id is its UUID ("" for totals made
+    # by hand: the GPU's).
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0
+    mig_profile: str = ""
+    measured_by: Measurement = Measurement.NVML
 
     @property
     def util_mean_percent(self) -> float | None:
@@ -289,6 +297,11 @@ SUMMARY_ROW_COLUMNS = (
 # or a dtype's field names); NULL (NaN in an array) where not measured, gpm_seconds 0.
 GPM_SUMMARY_COLUMNS = ("gpm_seconds", *(f"{m}_mean_percent" for m in GPM_METRICS))
 
+# The GPU slot columns of job_gpu_summaries (revision 0009), named like JobGpuSummary's
+# fields, read when named like the GPM ones. slot_id as stored: a whole GPU's is its UUID
+# (never ""), its kind "gpu", share 1, profile "", measured by "nvml".
+SLOT_SUMMARY_COLUMNS = ("slot_id", "slot_kind", "share", "mig_profile", "measured_by")
+
 
 # What each column is in SQL.
 _SUMMARY_EXPRESSIONS: dict[str, Any] = {
@@ -334,12 +347,13 @@ def summary_rows_in_window(
     s = job_gpu_summaries.c
     query = _summary_window_query(store, since, until, job_ids_between, columns)
     in_python = ordered and _sorted_in_python(store)
+    order = ("job_id", "node", "gpu_uuid", *(["slot_id"] if "slot_id" in columns else []))
     if ordered and not in_python:
-        query = query.order_by(s.job_id, s.node, s.gpu_uuid)
+        query = query.order_by(*(s[name] for name in order))
     with store.reading("reading job summaries of a period") as conn:
         rows = _tuples(conn, query)
     if in_python:
-        at = [columns.index(name) for name in ("job_id", "node", "gpu_uuid")]
+        at = [columns.index(name) for name in order]
         rows.sort(key=operator.itemgetter(*at))
     return rows
 
@@ -394,14 +408,14 @@ def summary_rows_for(
             query = (
                 _summary_select(columns)
                 .where(s.cluster == store.cluster, s.job_id.in_(chunk))
-                .order_by(s.job_id, s.node, s.gpu_uuid)
+                .order_by(s.job_id, s.node, s.gpu_uuid, s.slot_id)
             )
             out.extend(_tuples(conn, query))
     return out
 
 
 def summaries_for(store: Store, job_ids: Sequence[int]) -> list[JobGpuSummary]:
-    """Job GPU summaries of these jobs (finished jobs), ordered by job, node, GPU."""
+    """Job GPU summaries of these jobs (finished jobs), ordered by job, node, GPU, slot."""
     s = job_gpu_summaries.c
     out: list[JobGpuSummary] = []
     with store.reading("reading job summaries") as conn:
@@ -409,14 +423,18 @@ def summaries_for(store: Store, job_ids: Sequence[int]) -> list[JobGpuSummary]:
             query = (
                 sa.select(job_gpu_summaries)
                 .where(s.cluster == store.cluster, s.job_id.in_(chunk))
-                .order_by(s.job_id, s.node, s.gpu_uuid)
+                .order_by(s.job_id, s.node, s.gpu_uuid, s.slot_id)
             )
             out.extend(convert.row_to_summary(r) for r in conn.execute(query).mappings())
     return out
 
 
 def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTotals]:
-    """Per-job, per-GPU totals of the stored intervals of these jobs (for running jobs).
+    """Per-job, per-slot totals of the stored intervals of these jobs (for running jobs).
+
+    One per job, node and slot (a whole GPU's slot is the GPU), ordered by job, node,
+    physical GPU and slot; each carries its slot's parent, kind, share, profile and
+    measurement.
 
     GPU-memory GiB-seconds use each interval's peak memory times its covered seconds.
     The GPM figures (`gpm_seconds`, `sm_active_mean_percent`...) are weighted by each
@@ -427,7 +445,9 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
     query_cols = (
         t.job_id,
         t.node,
-        t.gpu_uuid,
+        t.slot_id,
+        # One value per slot; max() only satisfies GROUP BY on every backend.
+        *(sa.func.max(t[name]).label(name) for name in _SLOT_PARTS),
         sa.func.min(t.period_start).label("first_period_start"),
         sa.func.max(t.period_end).label("last_period_end"),
         sa.func.sum(t.covered_seconds).label("covered_seconds"),
@@ -456,8 +476,8 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
             query = (
                 sa.select(*query_cols, *gpm_sums)
                 .where(t.job_id.in_(chunk))
-                .group_by(t.job_id, t.node, t.gpu_uuid)
-                .order_by(t.job_id, t.node, t.gpu_uuid)
+                .group_by(t.job_id, t.node, t.slot_id)
+                .order_by(t.job_id, t.node, sa.func.max(t.gpu_uuid), t.slot_id)
             )
             for r in conn.execute(query).mappings():
                 out.append(
@@ -477,9 +497,17 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
                         energy_joules=_float(r["energy"]),
                         interval_count=int(r["n"]),
                         **{name: float(r[name] or 0.0) for name in gpm_names},
+                        slot_id=r["slot_id"],
+                        slot_kind=SlotKind(r["slot_kind"]),
+                        share=float(r["share"]),
+                        mig_profile=r["mig_profile"],
+                        measured_by=Measurement(r["measured_by"]),
                     )
                 )
     return out
+
+
+_SLOT_PARTS = ("gpu_uuid", "slot_kind", "share", "mig_profile", "measured_by")
 
 
 def _float(value: Any) -> float | None:

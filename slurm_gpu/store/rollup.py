@@ -1,4 +1,4 @@
-"""Hourly rollups: per-minute intervals folded into one row per (GPU, hour, job).
+"""Hourly rollups: per-minute intervals folded into one row per (GPU slot, hour, job).
 
 Every column is a sum, a max, a min or a count, so rollups merge by addition and the
 means survive: mean util = util_weighted_sum / util_covered_seconds (util weighted by the
@@ -6,7 +6,8 @@ seconds each interval covered), mean power likewise, energy and active seconds a
 The NVML GPM means (revision 0006) likewise: `<metric>_weighted_sum` is the metric's
 percent-seconds over `<metric>_gpm_seconds`, the GPM seconds of the intervals that had it,
 so an hour's `sm_active_mean_percent` is that of the GPM-measured time only (None when
-none was measured: never 0%).
+none was measured: never 0%). A row is one slot's (revision 0009: a whole GPU's slot id is
+its UUID); it keeps the slot's parent GPU, kind, share, MIG profile and measurement.
 """
 
 from __future__ import annotations
@@ -17,11 +18,15 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from slurm_gpu.models import Measurement, SlotKind
+from slurm_gpu.store import convert
 from slurm_gpu.store.dialect import hour_floor, upsert
 from slurm_gpu.store.gpm_means import GpmMeans
 from slurm_gpu.store.schema import GPM_METRICS, gpu_intervals, gpu_intervals_hourly
 
-KEY = ("node", "gpu_uuid", "hour_start", "job_id")
+KEY = ("node", "slot_id", "hour_start", "job_id")
+# What a slot is (revision 0009): the same on each of its intervals, kept as it is.
+SLOT_COLUMNS = ("gpu_uuid", "slot_kind", "share", "mig_profile", "measured_by")
 SUMS = (
     "interval_count",
     "period_seconds",
@@ -51,7 +56,10 @@ INTS_NULLABLE = ("mem_used_max_bytes", "mem_total_bytes", "ecc_errors_total")
 
 @dataclass(frozen=True)
 class GpuHourly(GpmMeans):
-    """One GPU over one hour for one job (job_id None: time not attributed to a job)."""
+    """One GPU slot over one hour for one job (job_id None: time not attributed to a job).
+
+    `gpu_uuid` is the physical GPU; `slot_id` "" the whole GPU (as `GpuInterval`'s).
+    """
 
     node: str
     gpu_uuid: str
@@ -86,6 +94,17 @@ class GpuHourly(GpmMeans):
     tensor_active_gpm_seconds: float = 0.0
     dram_bw_weighted_sum: float = 0.0
     dram_bw_gpm_seconds: float = 0.0
+    # The slot (revision 0009), as GpuInterval's fields.
+    slot_id: str = ""
+    slot_kind: SlotKind = SlotKind.GPU
+    share: float = 1.0
+    mig_profile: str = ""
+    measured_by: Measurement = Measurement.NVML
+
+    @property
+    def effective_slot_id(self) -> str:
+        """The slot's id: `slot_id`, or the GPU's UUID for a whole GPU ("")."""
+        return self.slot_id or self.gpu_uuid
 
     @property
     def util_mean_percent(self) -> float | None:
@@ -115,7 +134,9 @@ def aggregate_query(older_than: float) -> sa.Select[Any]:
     return (
         sa.select(
             t.node,
-            t.gpu_uuid,
+            t.slot_id,
+            # One value per slot; max() only satisfies GROUP BY on every backend.
+            *(sa.func.max(t[name]).label(name) for name in SLOT_COLUMNS),
             hour.label("hour_start"),
             job.label("job_id"),
             sa.func.count().label("interval_count"),
@@ -144,7 +165,7 @@ def aggregate_query(older_than: float) -> sa.Select[Any]:
             *_gpm_sums(),
         )
         .where(t.period_start < older_than)
-        .group_by(t.node, t.gpu_uuid, hour, job)
+        .group_by(t.node, t.slot_id, hour, job)
     )
 
 
@@ -171,6 +192,8 @@ def normalize(row: Mapping[Any, Any]) -> dict[str, Any]:
             continue
         out[name] = int(value) if name in INTS or name in INTS_NULLABLE else float(value)
     out["job_id"] = int(out["job_id"])
+    if out.get("share") is not None:
+        out["share"] = float(out["share"])
     return out
 
 
@@ -199,6 +222,9 @@ def row_to_hourly(row: Mapping[Any, Any]) -> GpuHourly:
     values = normalize(row)
     values = {name: values[name] for name in GpuHourly.__dataclass_fields__}
     values["job_id"] = values["job_id"] or None
+    values["slot_id"] = convert.slot_of_row(values["gpu_uuid"], values["slot_id"])
+    values["slot_kind"] = SlotKind(values["slot_kind"])
+    values["measured_by"] = Measurement(values["measured_by"])
     return GpuHourly(**values)
 
 

@@ -10,11 +10,15 @@ The migration in `migrations/versions/` creates exactly these tables; a test com
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 NODE = 128
 UUID = 96
 NAME = 128
+# A slot id (revision 0009): a GPU or MIG UUID, or "<GPU UUID>/shard/<job>[.<restart>]".
+SLOT = 160
 
 metadata = sa.MetaData(
     naming_convention={
@@ -39,6 +43,21 @@ def _gpm_columns() -> list[sa.Column[float]]:
     return [
         sa.Column("gpm_seconds", sa.Double(), nullable=False, server_default="0"),
         *(sa.Column(f"{m}_mean_percent", sa.Double()) for m in GPM_METRICS),
+    ]
+
+
+def _slot_columns() -> list[sa.Column[Any]]:
+    """Revision 0009: what a row's GPU slot is (docs/design/gpu-slots.md).
+
+    `slot_id` keys the row where `gpu_uuid` did (a whole GPU's is its UUID); `gpu_uuid`
+    stays the physical GPU, the slot's parent. Rows from before 0009 are whole GPUs.
+    """
+    return [
+        sa.Column("slot_id", sa.String(SLOT), nullable=False),
+        sa.Column("slot_kind", sa.String(16), nullable=False, server_default="gpu"),
+        sa.Column("share", sa.Double(), nullable=False, server_default="1"),
+        sa.Column("mig_profile", sa.String(32), nullable=False, server_default=""),
+        sa.Column("measured_by", sa.String(16), nullable=False, server_default="nvml"),
     ]
 
 
@@ -105,14 +124,16 @@ job_gpus = sa.Table(
     # Which run of the job (Slurm's restart count; a requeued job runs again under its
     # id): each run's GPUs are their own rows (revision 0004; older rows are run 0).
     sa.Column("restart", sa.Integer(), primary_key=True, autoincrement=False, server_default="0"),
+    # Revision 0009: the slot the GPU row is ("" where gpu_uuid is unknown yet).
+    sa.Column("slot_id", sa.String(SLOT), nullable=False, server_default=""),
 )
 
 gpu_intervals = sa.Table(
     "gpu_intervals",
     metadata,
-    sa.Column("node", sa.String(NODE), primary_key=True),
-    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
-    sa.Column("period_start", sa.Double(), primary_key=True, autoincrement=False),
+    sa.Column("node", sa.String(NODE)),
+    sa.Column("gpu_uuid", sa.String(UUID), nullable=False),
+    sa.Column("period_start", sa.Double(), autoincrement=False),
     _time("period_end"),
     sa.Column("job_id", sa.BigInteger()),
     sa.Column("util_mean_percent", sa.Double()),
@@ -131,18 +152,21 @@ gpu_intervals = sa.Table(
     sa.Column("unallocated_pids", sa.Text(), nullable=False),
     # Revision 0006: NVML GPM, time-weighted over gpm_seconds of the row.
     *_gpm_columns(),
+    *_slot_columns(),  # revision 0009
+    sa.PrimaryKeyConstraint("node", "slot_id", "period_start"),
 )
 sa.Index(None, gpu_intervals.c.job_id)
 sa.Index(None, gpu_intervals.c.period_start)
+sa.Index(None, gpu_intervals.c.gpu_uuid)  # everything on one physical GPU
 
 gpu_intervals_hourly = sa.Table(
     "gpu_intervals_hourly",
     metadata,
-    sa.Column("node", sa.String(NODE), primary_key=True),
-    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
-    sa.Column("hour_start", sa.Double(), primary_key=True, autoincrement=False),
+    sa.Column("node", sa.String(NODE)),
+    sa.Column("gpu_uuid", sa.String(UUID), nullable=False),
+    sa.Column("hour_start", sa.Double(), autoincrement=False),
     # 0 = not attributed to a job (Slurm never uses job id 0); keeps the key NOT NULL.
-    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    sa.Column("job_id", sa.BigInteger(), autoincrement=False),
     sa.Column("interval_count", sa.Integer(), nullable=False),
     _time("first_period_start"),
     _time("last_period_end"),
@@ -166,17 +190,20 @@ gpu_intervals_hourly = sa.Table(
     # Revision 0006: NVML GPM seconds, and per metric its percent-seconds over the GPM
     # seconds that had it (sums: the rollup folds exactly).
     *_gpm_sums(),
+    *_slot_columns(),  # revision 0009
+    sa.PrimaryKeyConstraint("node", "slot_id", "hour_start", "job_id"),
 )
 sa.Index(None, gpu_intervals_hourly.c.hour_start)
 sa.Index(None, gpu_intervals_hourly.c.job_id)
+sa.Index(None, gpu_intervals_hourly.c.gpu_uuid)
 
 job_gpu_summaries = sa.Table(
     "job_gpu_summaries",
     metadata,
-    sa.Column("cluster", sa.String(NAME), primary_key=True),
-    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
-    sa.Column("node", sa.String(NODE), primary_key=True),
-    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("cluster", sa.String(NAME)),
+    sa.Column("job_id", sa.BigInteger(), autoincrement=False),
+    sa.Column("node", sa.String(NODE)),
+    sa.Column("gpu_uuid", sa.String(UUID), nullable=False),
     sa.Column("gpu_model", sa.String(NAME), nullable=False),
     _time("start"),
     _time("end"),
@@ -193,12 +220,33 @@ job_gpu_summaries = sa.Table(
     sa.Column("account", sa.String(NAME), nullable=False),
     sa.Column("partition", sa.String(NAME), nullable=False),
     # One summary per run of a job and GPU (revision 0004; older rows are run 0).
-    sa.Column("restart", sa.Integer(), primary_key=True, autoincrement=False, server_default="0"),
+    sa.Column("restart", sa.Integer(), autoincrement=False, nullable=False, server_default="0"),
     *_gpm_columns(),  # revision 0006
+    *_slot_columns(),  # revision 0009
+    sa.PrimaryKeyConstraint("cluster", "job_id", "node", "slot_id", "restart"),
 )
 sa.Index(None, job_gpu_summaries.c.end)
 sa.Index(None, job_gpu_summaries.c.user)
 sa.Index(None, job_gpu_summaries.c.account)
+
+# Revision 0009: each physical GPU's own totals per shipping period, whole or partitioned
+# into slots (power, energy, temperature and ECC belong to the GPU, not to a slice).
+gpu_physical_intervals = sa.Table(
+    "gpu_physical_intervals",
+    metadata,
+    sa.Column("node", sa.String(NODE), primary_key=True),
+    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("period_start", sa.Double(), primary_key=True, autoincrement=False),
+    _time("period_end"),
+    sa.Column("covered_seconds", sa.Double(), nullable=False),
+    sa.Column("power_mean_watts", sa.Double()),
+    sa.Column("energy_joules", sa.Double()),
+    sa.Column("temperature_max_celsius", sa.Double()),
+    sa.Column("ecc_errors_total", sa.BigInteger()),
+    sa.Column("mem_used_max_bytes", sa.BigInteger()),
+    sa.Column("mem_total_bytes", sa.BigInteger()),
+)
+sa.Index(None, gpu_physical_intervals.c.period_start)
 
 gpu_inventory = sa.Table(
     "gpu_inventory",
@@ -240,10 +288,10 @@ sa.Index(None, job_events.c.job_id)
 gpu_activity = sa.Table(
     "gpu_activity",
     metadata,
-    sa.Column("cluster", sa.String(NAME), primary_key=True),
-    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
-    sa.Column("node", sa.String(NODE), primary_key=True),
-    sa.Column("gpu_uuid", sa.String(UUID), primary_key=True),
+    sa.Column("cluster", sa.String(NAME)),
+    sa.Column("job_id", sa.BigInteger(), autoincrement=False),
+    sa.Column("node", sa.String(NODE)),
+    sa.Column("gpu_uuid", sa.String(UUID), nullable=False),
     sa.Column("slurm_index", sa.Integer(), nullable=False),
     _time("start"),
     _time("last_reading"),
@@ -256,6 +304,8 @@ gpu_activity = sa.Table(
     # window with the SM active at or above the threshold (never goes back).
     sa.Column("sm_active_recent_percent", sa.Double()),
     _time("last_sm_active", nullable=True),
+    *_slot_columns(),  # revision 0009
+    sa.PrimaryKeyConstraint("cluster", "job_id", "node", "slot_id"),
 )
 
 # Every controller decision, dry-run or real, written before it is acted on.
@@ -350,6 +400,7 @@ ALL_TABLES = (
     gpu_intervals,
     gpu_intervals_hourly,
     job_gpu_summaries,
+    gpu_physical_intervals,
     gpu_inventory,
     job_events,
     gpu_activity,

@@ -26,6 +26,7 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobEventKind,
     JobGpuSummary,
@@ -47,6 +48,7 @@ from slurm_gpu.store.schema import (
     gpu_intervals,
     gpu_intervals_hourly,
     gpu_inventory,
+    gpu_physical_intervals,
     job_events,
     job_gpu_summaries,
     job_gpus,
@@ -253,8 +255,9 @@ class Store:
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
         """Store GpuIntervals, one transaction; rows already stored are skipped.
 
-        Uses the dialect's native insert-or-ignore on the key (node, gpu_uuid, period_start)
-        in one executemany.
+        Uses the dialect's native insert-or-ignore on the key (node, slot_id, period_start)
+        in one executemany (a whole GPU's slot id is its UUID: its key is as before slots;
+        two jobs' shares of one GPU in one period are two rows).
 
         Returns:
             The number of rows newly inserted (the drivers' affected-row counts on all
@@ -312,19 +315,23 @@ class Store:
         job_id: int | None = None,
         since: float | None = None,
         until: float | None = None,
+        slot_id: str | None = None,
     ) -> list[GpuInterval]:
-        """Stored per-interval rows, ordered by node, GPU, period_start.
+        """Stored per-interval rows, ordered by node, GPU, slot, period_start.
 
         Only rows not yet rolled up: hourly rollups (see `hourly`) are never mixed in.
         `since`/`until` select intervals overlapping [since, until):
-        period_end > since and period_start < until.
+        period_end > since and period_start < until. `gpu_uuid` selects every slot of
+        that physical GPU, `slot_id` one slot (a whole GPU's is its UUID).
         """
         t = gpu_intervals.c
-        query = sa.select(gpu_intervals).order_by(t.node, t.gpu_uuid, t.period_start)
+        query = sa.select(gpu_intervals).order_by(t.node, t.gpu_uuid, t.slot_id, t.period_start)
         if node is not None:
             query = query.where(t.node == node)
         if gpu_uuid is not None:
             query = query.where(t.gpu_uuid == gpu_uuid)
+        if slot_id is not None:
+            query = query.where(t.slot_id == slot_id)
         if job_id is not None:
             query = query.where(t.job_id == job_id)
         if since is not None:
@@ -342,14 +349,22 @@ class Store:
         job_id: int | None = None,
         since: float | None = None,
         until: float | None = None,
+        slot_id: str | None = None,
     ) -> list[GpuHourly]:
-        """Hourly rollups, ordered by node, GPU, hour, job; hours in [since, until)."""
+        """Hourly rollups, ordered by node, GPU, slot, hour, job; hours in [since, until).
+
+        `gpu_uuid` selects every slot of that physical GPU, `slot_id` one slot.
+        """
         t = gpu_intervals_hourly.c
-        query = sa.select(gpu_intervals_hourly).order_by(t.node, t.gpu_uuid, t.hour_start, t.job_id)
+        query = sa.select(gpu_intervals_hourly).order_by(
+            t.node, t.gpu_uuid, t.slot_id, t.hour_start, t.job_id
+        )
         if node is not None:
             query = query.where(t.node == node)
         if gpu_uuid is not None:
             query = query.where(t.gpu_uuid == gpu_uuid)
+        if slot_id is not None:
+            query = query.where(t.slot_id == slot_id)
         if job_id is not None:
             query = query.where(t.job_id == job_id)
         if since is not None:
@@ -384,6 +399,42 @@ class Store:
             f"store {self.where}: rolling up GPU intervals failed: intervals kept arriving "
             f"for the pruned range ({ROLLUP_ATTEMPTS} attempts)"
         )
+
+    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
+        """Store physical GPUs' own totals, one transaction; rows already stored are skipped.
+
+        Insert-or-ignore on (node, gpu_uuid, period_start), as `add_intervals`.
+
+        Returns:
+            The number of rows newly inserted.
+        """
+        if not rows:
+            return 0
+        params = [convert.physical_to_row(row) for row in rows]
+        with self.writing(f"adding {len(rows)} physical GPU intervals") as conn:
+            return self._insert_ignore(conn, gpu_physical_intervals, params)
+
+    def physical_intervals(
+        self,
+        *,
+        node: str | None = None,
+        gpu_uuid: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[GpuPhysicalInterval]:
+        """Stored physical GPU totals, by node, GPU, period_start; overlapping [since, until)."""
+        t = gpu_physical_intervals.c
+        query = sa.select(gpu_physical_intervals).order_by(t.node, t.gpu_uuid, t.period_start)
+        if node is not None:
+            query = query.where(t.node == node)
+        if gpu_uuid is not None:
+            query = query.where(t.gpu_uuid == gpu_uuid)
+        if since is not None:
+            query = query.where(t.period_end > since)
+        if until is not None:
+            query = query.where(t.period_start < until)
+        with self.reading("reading physical GPU intervals") as conn:
+            return [convert.row_to_physical(r) for r in conn.execute(query).mappings()]
 
     # ------------------------------------------------------------------ jobs
 
@@ -423,6 +474,7 @@ class Store:
                     "node": e.node,
                     "slurm_index": i,
                     "gpu_uuid": "",
+                    "slot_id": "",
                     "start": e.time,
                     "end": None,
                     "restart": e.restart,
@@ -549,14 +601,16 @@ class Store:
     # ------------------------------------------------------------------ summaries
 
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        """Store job GPU summaries; one with a stored key (job, node, GPU, run) replaces it.
+        """Store job GPU summaries; one with a stored key (job, node, slot, run) replaces it.
+
+        The slot is `effective_slot_id`: a whole GPU's UUID, so its key is as before slots.
 
         Returns:
             The number of summaries written (an upsert: new and replaced alike).
         """
         if not rows:
             return 0
-        key = ("job_id", "node", "gpu_uuid", "restart")
+        key = ("job_id", "node", "slot_id", "restart")
         update = [n for n in convert.SUMMARY_FIELDS if n not in key]
         with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
             # A summary's run is that of the job's GPU rows on its node that started with
@@ -581,12 +635,12 @@ class Store:
         return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
-        """The summaries of `job_id` in this store's cluster, by run, node and GPU."""
+        """The summaries of `job_id` in this store's cluster, by run, node, GPU and slot."""
         s = job_gpu_summaries.c
         query = (
             sa.select(job_gpu_summaries)
             .where(s.cluster == self.cluster, s.job_id == job_id)
-            .order_by(s.restart, s.node, s.gpu_uuid)
+            .order_by(s.restart, s.node, s.gpu_uuid, s.slot_id)
         )
         with self.reading(f"reading summaries of job {job_id}") as conn:
             return [convert.row_to_summary(r) for r in conn.execute(query).mappings()]
@@ -670,6 +724,11 @@ class Store:
             "process_count",
             "measured_since",
             "sm_active_recent_percent",
+            "gpu_uuid",
+            "slot_kind",
+            "share",
+            "mig_profile",
+            "measured_by",
         )
         stmt = upsert(
             self.dialect, gpu_activity, fields, keep_max=("last_active", "last_sm_active")
@@ -679,7 +738,7 @@ class Store:
         return len(rows)
 
     def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
-        """Newest activity per job and GPU (of `job_ids`, or of every job)."""
+        """Newest activity per job and GPU slot (of `job_ids`, or of every job)."""
         a = gpu_activity.c
         query = sa.select(gpu_activity).where(a.cluster == self.cluster)
         if job_ids is not None:
@@ -687,7 +746,7 @@ class Store:
                 return []
             query = query.where(a.job_id.in_(list(job_ids)))
         with self.reading("reading GPU activity") as conn:
-            ordered = query.order_by(a.job_id, a.node, a.slurm_index)
+            ordered = query.order_by(a.job_id, a.node, a.slurm_index, a.slot_id)
             return [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
 
     def forget_activity(self, job_ids: Sequence[int]) -> None:

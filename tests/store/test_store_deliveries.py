@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from slurm_gpu.models import Action, GpuInterval, JobGpuSummary, Verdict
-from slurm_gpu.store import Store
+from slurm_gpu.store import Store, convert
 from slurm_gpu.store.deliveries import Delivery
 from slurm_gpu.store.schema import ALL_TABLES
 
@@ -94,12 +94,20 @@ def _dump(conn: sa.Connection, names: set[str]) -> dict[str, list[tuple[Any, ...
     inspector = sa.inspect(conn)
     for table in ALL_TABLES:
         if table.name in names:
-            keys = [c for c in table.primary_key.columns]
-            # The columns the database has (a later revision's are not there yet)
+            # The columns the database has (a later revision's are not there yet), key
+            # first: one order at any revision (slot_id, 0009, replaced gpu_uuid in keys).
             present = [table.c[c["name"]] for c in inspector.get_columns(table.name)]
-            query = sa.select(*present).order_by(*keys)
+            keys = [c for c in table.primary_key.columns if c in present]
+            query = sa.select(*present).order_by(*keys, *(c for c in present if c not in keys))
             out[table.name] = [tuple(r) for r in conn.execute(query)]
     return out
+
+
+def _insert_present(conn: sa.Connection, table: str, row: dict[str, Any]) -> None:
+    """Insert `row`'s values of the columns `table` has at the database's revision."""
+    present = {c["name"] for c in sa.inspect(conn).get_columns(table)}
+    kept = {k: v for k, v in row.items() if k in present}
+    conn.execute(sa.insert(sa.table(table, *map(sa.column, kept))), [kept])
 
 
 def test_upgrade_from_0006_keeps_every_row(store_at_0006: Store) -> None:
@@ -109,21 +117,21 @@ def test_upgrade_from_0006_keeps_every_row(store_at_0006: Store) -> None:
            "start_time": T0, "end_time": T0 + 60}  # fmt: skip
     with store.writing("a job at 0006") as conn:  # jobs as 0006 has it (no sluid, 0008)
         conn.execute(sa.insert(sa.table("jobs", *map(sa.column, job))), [job])
-    store.add_intervals(
-        [GpuInterval(node="gpu1", gpu_uuid="GPU-1", period_start=T0, period_end=T0 + 60,
-                     job_id=42, util_mean_percent=50.0, util_max_percent=60.0,
-                     util_min_percent=40.0, util_sample_count=6, active_seconds=30.0,
-                     covered_seconds=60.0, mem_used_max_bytes=2**30, mem_total_bytes=2**34,
-                     power_mean_watts=200.0, energy_joules=12_000.0,
-                     temperature_max_celsius=50.0, ecc_errors_total=0)]
-    )  # fmt: skip
-    store.add_summaries(
-        [JobGpuSummary(job_id=42, node="gpu1", gpu_uuid="GPU-1", gpu_model="NVIDIA A100",
-                       start=T0, end=T0 + 60, gpu_seconds=60.0, util_mean_percent=50.0,
-                       util_max_percent=60.0, active_seconds=30.0, mem_max_bytes=2**30,
-                       mem_gib_seconds=60.0, energy_joules=12_000.0, reading_count=6,
-                       missing_seconds=0.0, user="alice", account="physics")]
-    )  # fmt: skip
+    interval = GpuInterval(node="gpu1", gpu_uuid="GPU-1", period_start=T0, period_end=T0 + 60,
+                           job_id=42, util_mean_percent=50.0, util_max_percent=60.0,
+                           util_min_percent=40.0, util_sample_count=6, active_seconds=30.0,
+                           covered_seconds=60.0, mem_used_max_bytes=2**30,
+                           mem_total_bytes=2**34, power_mean_watts=200.0,
+                           energy_joules=12_000.0, temperature_max_celsius=50.0,
+                           ecc_errors_total=0)  # fmt: skip
+    summary = JobGpuSummary(job_id=42, node="gpu1", gpu_uuid="GPU-1", gpu_model="NVIDIA A100",
+                            start=T0, end=T0 + 60, gpu_seconds=60.0, util_mean_percent=50.0,
+                            util_max_percent=60.0, active_seconds=30.0, mem_max_bytes=2**30,
+                            mem_gib_seconds=60.0, energy_joules=12_000.0, reading_count=6,
+                            missing_seconds=0.0, user="alice", account="physics")  # fmt: skip
+    with store.writing("rows at 0006") as conn:  # the columns 0006 has (no slots, 0009)
+        _insert_present(conn, "gpu_intervals", convert.interval_to_row(interval))
+        _insert_present(conn, "job_gpu_summaries", convert.summary_to_row(summary, "alpha"))
     verdict = Verdict("idle_gpu", Action.WARN, "job:42", "idle", job_id=42, user="alice")
     store.control.audit([verdict], time=T0, cycle="c", controller="h", dry_run=False,
                         outcome="recorded")  # fmt: skip

@@ -254,10 +254,13 @@ def _dump(conn: sa.Connection, columns: dict[str, list[str]]) -> dict[str, list[
         if table.name not in columns:
             continue
         names = columns[table.name]
-        keys = [c.name for c in table.primary_key.columns]
+        # The key's columns this revision has, then the rest: one order at any revision
+        # (slot_id, 0009, replaced gpu_uuid in the keys).
+        keys = [c.name for c in table.primary_key.columns if c.name in names]
+        order = [*keys, *(n for n in names if n not in keys)]
         query: Any = sa.select(*(sa.column(n) for n in names)).select_from(sa.table(table.name))
         out[table.name] = [
-            tuple(r) for r in conn.execute(query.order_by(*(sa.column(k) for k in keys)))
+            tuple(r) for r in conn.execute(query.order_by(*(sa.column(k) for k in order)))
         ]
     return out
 
@@ -327,6 +330,7 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
         assert before == _dump(conn, old_columns)
     assert jobs_before == queries.job_rows_in_window(store, T0, T0 + 7200, columns=old_jobs)
     assert summary_rows_before == queries.summary_rows_in_window(store, T0, T0 + 7200)
+    store.upgrade()  # on to head: the read API reads the newest revision's columns
     assert intervals == store.intervals()
     assert sorted(summaries, key=lambda s: (s.node, s.gpu_uuid)) == store.job_summaries(42)
     assert [activity] == store.activity([42])

@@ -15,8 +15,8 @@ import pytest
 from slurm_gpu.activity import is_active
 from slurm_gpu.config import Config
 from slurm_gpu.config.policy import ControllerSettings
-from slurm_gpu.gpu import GpuSnapshot, UtilSample
-from slurm_gpu.models import GpuActivity, GpuDevice, SlurmJob
+from slurm_gpu.gpu import GpuSnapshot, MigSnapshot, ProcessUtilization, UtilSample
+from slurm_gpu.models import GpuActivity, GpuDevice, MigDevice, SlurmJob
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.attribution import JobSpan, split_window
 from slurm_gpu.node.spool import Spool
@@ -64,6 +64,12 @@ class SteadyGpu:
         times = range(int(samples_since) + 1, int(now) + 1)
         samples = tuple(UtilSample(float(t), self.util) for t in times)
         return GpuSnapshot(device.uuid, now, samples=samples, mem_used_bytes=0, processes=())
+
+    def mig_snapshot(self, device: GpuDevice, mig: MigDevice) -> MigSnapshot:
+        return MigSnapshot(mig.uuid, self.clock[0], error="Not Found")  # never in MIG mode
+
+    def process_utilization(self, device: GpuDevice, since: float) -> ProcessUtilization:
+        return ProcessUtilization(device.uuid, self.clock[0], last_seen=since)  # none sampled
 
     def close(self) -> None:
         pass

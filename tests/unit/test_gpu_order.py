@@ -131,10 +131,16 @@ def test_gpus_without_file_and_without_autodetect_are_a_problem() -> None:
     assert "4 GPU(s) declared without File= and no AutoDetect" in result.problems[0]
 
 
-def test_mig_lines_are_named_as_not_mapped() -> None:
-    files = "/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21"
+def test_mig_lines_without_mig_minors_keep_their_index_unbound() -> None:
+    """Mapped through mig-minors (tests/unit/test_gpu_order_mig.py); without it: unbound."""
+    files = "/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21,/dev/nvidia-caps/nvidia-cap22"
     text = f"AutoDetect=off\nName=gpu Type=1g.10gb MultipleFiles={files}\n"
-    assert "MultipleFiles= (MIG) GPU lines (line 2)" in order(text).problems[0]
+    result = order(text)
+    assert [(g.index, g.path, g.minor, g.uuid) for g in result.gpus] == [(0, files, 0, None)]
+    assert result.problems == (
+        f"gres.conf: gpu1: Slurm GPU 0 (line 2) MultipleFiles={files}: mig-minors was not"
+        " read ([node] mig_minors): not bound",
+    )
 
 
 def test_without_nvml_only_what_gres_conf_shows_is_checked() -> None:

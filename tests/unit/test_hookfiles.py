@@ -10,7 +10,13 @@ from typing import Self
 
 import pytest
 
-from slurm_gpu.node.hookfiles import HookFileError, parse_binding, read_bindings, read_events
+from slurm_gpu.node.hookfiles import (
+    HookFileError,
+    parse_binding,
+    read_binding_files,
+    read_bindings,
+    read_events,
+)
 
 
 def _write(path: Path, text: str, age: float) -> Path:
@@ -97,3 +103,42 @@ def test_restart_count_is_read_from_events_and_bindings(tmp_path: Path) -> None:
     (binding,) = read_bindings(tmp_path)
     assert (2, 0, 2) == (events[7].restart, events[8].restart, binding.restart)
     assert ("gpu1:7:started:2", "gpu1:8:started") == (events[7].key, events[8].key)
+
+
+def test_mig_uuids_are_read_as_slurmd_names_mig_slots(tmp_path: Path) -> None:
+    """slurmd always names a MIG slot by its MIG UUID in CUDA_VISIBLE_DEVICES (issue 14)."""
+    mig = "MIG-5c1f0e8a-1b2c-4d3e-8f90-0123456789ab"
+    _write(
+        tmp_path / "events" / "7.started.1", f"job_id=7\ngpu_indices=4\ngpu_uuids={mig}\nend=1\n", 0
+    )
+    _write(tmp_path / "bindings" / "7.4", f"job_id=7\ngpu_index=4\ngpu_uuid={mig}\nend=1\n", 0)
+    (event,) = read_events(tmp_path, "gpu1")
+    (binding,) = read_binding_files(tmp_path)
+    assert (event.gpu_uuids, binding.gpu_uuid, binding.binding.slurm_index) == ((mig,), mig, 4)
+
+
+@pytest.mark.parametrize(
+    ("lines", "expected"),
+    [
+        ("shards=4\nshard_kind=shard\n", (4, "shard")),
+        ("shards=25\nshard_kind=mps\n", (25, "mps")),
+        ("shards=2\n", (2, "shard")),  # a count without a kind is gres/shard
+        ("shards=0\nshard_kind=mps\n", (0, "")),
+        ("", (0, "")),  # hooks before shares
+    ],
+)
+def test_shares_are_read_from_bindings(
+    tmp_path: Path, lines: str, expected: tuple[int, str]
+) -> None:
+    path = _write(tmp_path / "bindings" / "7.0", f"job_id=7\ngpu_index=0\n{lines}end=1\n", 0)
+    binding = parse_binding(path)
+    assert (binding.shards, binding.shard_kind) == expected
+
+
+@pytest.mark.parametrize("line", ["shard_kind=gpu", "shards=x"])
+def test_bad_share_lines_are_hook_file_errors(tmp_path: Path, line: str) -> None:
+    path = _write(
+        tmp_path / "bindings" / "7.0", f"job_id=7\ngpu_index=0\nshards=2\n{line}\nend=1\n", 0
+    )
+    with pytest.raises(HookFileError, match=line.partition("=")[0]):
+        parse_binding(path)

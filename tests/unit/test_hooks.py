@@ -191,6 +191,35 @@ def test_hooks_record_the_restart_count_of_a_requeued_job(hooks: Hooks) -> None:
     assert ["1", "1", "1"] == [binding["restart"], *(e["restart"] for e in events)]
 
 
+# The GPU variables of a `--gres=shard:2` job's prolog on Slurm 22.05 (PrologFlags=Alloc),
+# logged on the shapes bed (docker/slurm-cluster/shapes.sh, node gpu4): the same as a
+# `--gres=gpu:a100:1` job's on that GPU. gres/shard's prolog environment is
+# gres_common_epilog_set_env's (src/plugins/gres/shard/gres_shard.c, as on master), which
+# sets only these; SLURM_SHARDS_ON_NODE is the job's own environment, not the prolog's.
+SHARD_PROLOG_ENV_22_05 = {
+    "CUDA_VISIBLE_DEVICES": "0",
+    "GPU_DEVICE_ORDINAL": "0",
+    "SLURM_JOB_GPUS": "0",
+    "SLURMD_NODENAME": "gpu4",
+    "SLURM_SCRIPT_CONTEXT": "prolog_slurmd",
+}
+
+
+def test_prolog_of_a_shard_job_binds_its_gpu_and_claims_no_shards(hooks: Hooks) -> None:
+    """A shard job's prolog (Slurm 22.05's environment) binds its GPU's index, no shard keys.
+
+    Nothing there tells shards from a whole GPU, so the hook claims neither `shards` nor
+    `shard_kind` (slurm_gpu/node/hookfiles.py's keys): the agent asks Slurm, never guesses.
+    """
+    hooks.run("prolog", {**JOB_ENV, **SHARD_PROLOG_ENV_22_05})
+
+    binding = parse(hooks.node("gpu4") / "bindings" / "4242.0")
+    [event] = names(hooks.node("gpu4") / "events")
+    started = parse(hooks.node("gpu4") / "events" / event)
+    assert ("0", "0") == (binding["gpu_index"], started["gpu_indices"])
+    assert set() == {"shards", "shard_kind"} & (set(binding) | set(started))
+
+
 def test_prolog_without_array_ids_writes_no_array_keys(hooks: Hooks) -> None:
     """A plain job's files carry no array_*/het_* keys."""
     hooks.run("prolog", JOB_ENV)

@@ -18,9 +18,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from slurm_gpu.models import GpuProcess, JobGpuSummary
+import pytest
+
+from slurm_gpu.models import GpuInterval, GpuProcess, JobGpuSummary
 from slurm_gpu.node.agent import NodeAgent
-from slurm_gpu.node.outbox import decode_summary
+from slurm_gpu.node.outbox import decode_interval, decode_physical, decode_summary
 from tests.unit.test_node_agent import T0, end_job, make_agent, start_job
 
 GOLDEN = Path(__file__).parent / "data" / "agent_workload_outbox.json"
@@ -96,7 +98,9 @@ def run_workload(tmp_path: Path) -> NodeAgent:
 
 
 def shipped(agent: NodeAgent) -> list[list[str]]:
-    return [[kind, key, payload] for _, kind, key, payload in agent.spool.pending(10**6)]
+    """Every outbox row of the kinds shipped before GPU slots (not `physical`, issue 14)."""
+    rows = agent.spool.pending(10**6)
+    return [[kind, key, payload] for _, kind, key, payload in rows if kind != "physical"]
 
 
 def test_every_shipped_row_is_the_one_shipped_before(tmp_path: Path) -> None:
@@ -106,6 +110,38 @@ def test_every_shipped_row_is_the_one_shipped_before(tmp_path: Path) -> None:
     assert len(expected) == len(rows)
     for want, got in zip(expected, rows, strict=True):
         assert want == got
+
+
+def test_each_gpu_period_has_its_physical_totals_from_its_intervals(tmp_path: Path) -> None:
+    """Whole GPUs: one physical row per GPU and period, the totals of its interval rows."""
+    agent = run_workload(tmp_path)
+    rows = agent.spool.pending(10**6)
+    physical = [decode_physical(p) for _, k, _, p in rows if k == "physical"]
+    intervals = [decode_interval(p) for _, k, _, p in rows if k == "interval"]
+    by_period: dict[tuple[str, float], list[GpuInterval]] = {}
+    for interval in intervals:
+        by_period.setdefault((interval.gpu_uuid, interval.period_start // 60), []).append(interval)
+    periods = [(row.gpu_uuid, row.period_start // 60) for row in physical]
+
+    assert sorted(by_period) == sorted(periods)  # one each, no more
+    for row in physical:
+        mine = by_period[(row.gpu_uuid, row.period_start // 60)]
+        energies = [i.energy_joules for i in mine if i.energy_joules is not None]
+        assert (min(i.period_start for i in mine), max(i.period_end for i in mine)) == (
+            row.period_start,
+            row.period_end,
+        )
+        assert abs(row.covered_seconds - sum(i.covered_seconds for i in mine)) < 1e-9
+        assert row.energy_joules == (pytest.approx(sum(energies)) if energies else None)
+        assert row.temperature_max_celsius == max(
+            (i.temperature_max_celsius for i in mine if i.temperature_max_celsius is not None),
+            default=None,
+        )
+        assert row.mem_used_max_bytes == max(
+            (i.mem_used_max_bytes for i in mine if i.mem_used_max_bytes is not None), default=None
+        )
+        read = any(i.power_mean_watts is not None for i in mine)  # a read inside the period
+        assert row.power_mean_watts == (pytest.approx(100.0) if read else None)  # the fake's
 
 
 def mean(values: list[float]) -> float:

@@ -86,7 +86,11 @@ def test_summary_rows_in_window_are_summaries_of_the_window_jobs(store: Store) -
     actual = store_usage.summary_rows_in_window(store, NOV, DEC)
     assert expected == actual
     assert [(2, "n1", "G-a"), (2, "n1", "G-z"), (2, "n2", "G-b")] == [r[:3] for r in actual[:3]]
-    assert [*store_usage.SUMMARY_ROW_COLUMNS, *store_usage.GPM_SUMMARY_COLUMNS] == GPU_COLUMNS
+    assert [
+        *store_usage.SUMMARY_ROW_COLUMNS,
+        *store_usage.GPM_SUMMARY_COLUMNS,
+        *store_usage.SLOT_SUMMARY_COLUMNS,
+    ] == GPU_COLUMNS
     assert list(GPM_COLUMNS) == list(store_usage.GPM_SUMMARY_COLUMNS)  # one name each
 
 

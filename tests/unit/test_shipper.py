@@ -12,10 +12,15 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobGpuSummary,
     LostGpu,
+    Measurement,
+    MigDevice,
+    SlotKind,
 )
+from slurm_gpu.node.outbox import device_fields, fields_of
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 
@@ -26,6 +31,8 @@ class FakeStore:
     def __init__(self) -> None:
         self.down = False
         self.intervals: list[GpuInterval] = []
+        self.physical: list[GpuPhysicalInterval] = []
+        self.devices: list[GpuDevice] = []
         self.calls: list[str] = []
 
     def _check(self, what: str) -> None:
@@ -42,12 +49,18 @@ class FakeStore:
         self.intervals += rows
         return len(rows)
 
+    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
+        self._check("physical")
+        self.physical += rows
+        return len(rows)
+
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
         self._check("summaries")
         return len(rows)
 
     def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
         self._check("inventory")
+        self.devices += devices
 
     def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
         self._check("lost")
@@ -160,3 +173,43 @@ def test_quarantine_survives_a_store_outage(spool: Spool) -> None:
     with pytest.raises(StoreError):
         Shipper(spool, store, "gpu1").ship_once()
     assert (3, ["s"]) == (spool.backlog(), [key for _k, key, _p, _e in spool.quarantined()])
+
+
+PHYSICAL = GpuPhysicalInterval(
+    "gpu1", "GPU-P", 60.0, 120.0, 60.0, 250.0, 15000.0, 61.0, 0, 2**30, 2**36
+)
+
+
+def test_slot_intervals_and_physical_totals_reach_the_store_in_order(tmp_path: Path) -> None:
+    """Physical rows go to add_physical_intervals after the intervals; slots decode whole."""
+    spool = Spool(tmp_path / "spool.db")
+    mig = GpuInterval(**{**vars(interval(60.0)), "gpu_uuid": "GPU-P", "slot_id": "MIG-1",
+                         "slot_kind": SlotKind.MIG, "share": 1 / 7, "mig_profile": "1g.10gb",
+                         "measured_by": Measurement.MEMORY_ONLY})  # fmt: skip
+    with spool.transaction() as db:
+        Spool.queue(db, "physical", "physical:gpu1:GPU-P:60.0", fields_of(PHYSICAL))
+        Spool.queue(db, "interval", "gpu1:MIG-1:60.0", fields_of(mig))
+    store = FakeStore()
+    assert 2 == Shipper(spool, store, "gpu1").drain()
+    assert (store.calls, store.intervals, store.physical) == (
+        ["intervals", "physical"],
+        [mig],
+        [PHYSICAL],
+    )
+
+
+def test_inventory_of_a_gpu_in_mig_mode_carries_its_mig_devices(tmp_path: Path) -> None:
+    migs = (MigDevice("MIG-1", "GPU-P", 0, 9, 0, "1g.10gb", 1, 7, 10 * 2**30),)
+    devices = [
+        GpuDevice("GPU-P", "NVIDIA H100", 0, 0, "00:17", 2**36, True, True, migs),
+        GpuDevice("GPU-W", "NVIDIA H100", 1, 1, "00:18", 2**36, True),
+    ]
+    spool = Spool(tmp_path / "spool.db")
+    payload = {"devices": [device_fields(d) for d in devices], "seen_at": 5.0}
+    with spool.transaction() as db:
+        Spool.queue(db, "inventory", "inventory:gpu1", payload)
+    whole = spool.pending(1)[0].payload
+    store = FakeStore()
+    Shipper(spool, store, "gpu1").drain()
+    assert store.devices == devices
+    assert "mig" not in whole.split('"GPU-W"')[1]  # a whole GPU's fields are those of before

@@ -251,3 +251,18 @@ def test_slurm_user_from_show_config() -> None:
         scontrol.parse_slurm_user(config),
         scontrol.parse_slurm_user("ClusterName = testbed\n"),
     )
+
+
+def test_job_node_shares_reads_the_shards_a_job_holds_on_a_node() -> None:
+    """`scontrol -d show job` detail lines as Slurm 22.05 printed them on the shapes bed."""
+    text = (
+        "JobId=12 JobName=share\n   UserId=alice(1001) GroupId=alice(1001)\n"
+        "   Nodes=gpu4 CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)\n   JOB_GRES=shard:2\n"
+        "JobId=13 JobName=whole\n   Nodes=gpu4 CPU_IDs=1 Mem=0 GRES=gpu:a100:1(IDX:0)\n"
+        "JobId=14 JobName=mps\n   Nodes=gpu[3-4] CPU_IDs=0 Mem=0 GRES=mps:a100:50(IDX:0)\n"
+    )
+    assert scontrol.job_node_shares(text, 12, "gpu4") == ("shard", 2)
+    assert scontrol.job_node_shares(text, 13, "gpu4") is None
+    assert scontrol.job_node_shares(text, 12, "gpu3") is None
+    assert scontrol.job_node_shares(text, 14, "gpu4") == ("mps", 50)
+    assert scontrol.job_node_shares(text, 99, "gpu4") is None

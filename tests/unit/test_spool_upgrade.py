@@ -22,6 +22,7 @@ from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
     GpuInterval,
+    GpuPhysicalInterval,
     JobEvent,
     JobEventKind,
     JobGpuSummary,
@@ -30,6 +31,7 @@ from slurm_gpu.models import (
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import SCHEMA_VERSION, Spool, SpoolError
+from slurm_gpu.node.spool_layout import MIGRATIONS
 
 T0 = 1_800_000_000.0
 GIB = 2**30
@@ -216,6 +218,7 @@ class RecordingStore:
         self.summaries: list[JobGpuSummary] = []
         self.inventory: list[tuple[str, list[GpuDevice], float]] = []
         self.activity: list[GpuActivity] = []
+        self.physical: list[GpuPhysicalInterval] = []
 
     def add_events(self, events: Sequence[JobEvent]) -> int:
         self.events += events
@@ -223,6 +226,10 @@ class RecordingStore:
 
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
         self.intervals += rows
+        return len(rows)
+
+    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
+        self.physical += rows
         return len(rows)
 
     def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
@@ -634,3 +641,77 @@ def test_layout_2_open_period_gains_gpm_read_after_the_upgrade(from_layout_2: Sp
         interval.tensor_active_mean_percent,
         interval.dram_bw_mean_percent,
     )
+
+
+# --- layout 3 (GPM, issue #13) -> layout 4 (GPU slots, issue 14) -----------------------
+
+
+def write_layout_3_spool(path: Path) -> None:
+    """A layout-3 spool: layout 2's rows, with layout 3's released step applied to them."""
+    write_layout_2_spool(path)
+    db = sqlite3.connect(str(path), isolation_level=None)
+    for statement in MIGRATIONS[2]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 3")
+    db.close()
+
+
+@pytest.fixture
+def from_layout_3(tmp_path: Path) -> Spool:
+    path = tmp_path / "spool.db"
+    write_layout_3_spool(path)
+    return Spool(path)
+
+
+def test_layout_3_spool_is_upgraded_in_place_its_rows_whole_gpus(from_layout_3: Spool) -> None:
+    """Stamped with this version; spans hold no shares; the tables of slots are there."""
+    (span,) = from_layout_3.spans()
+    assert (user_version(from_layout_3.path), from_layout_3.backlog()) == (SCHEMA_VERSION, 2)
+    assert (span.job_id, span.restart, span.shards, span.shard_kind) == (9, 1, 0, "")
+    db = sqlite3.connect(str(from_layout_3.path))
+    slot_columns = [row[1] for row in db.execute("PRAGMA table_info(pieces)")][-5:]
+    assert slot_columns == ["parent", "slot_kind", "share", "mig_profile", "measured_by"]
+    assert db.execute("SELECT count(*) FROM physical").fetchone() == (0,)
+    db.close()
+
+
+def test_layout_3_open_period_is_sealed_as_a_whole_gpu_with_its_physical_totals(
+    from_layout_3: Spool,
+) -> None:
+    """The period layout 3 left open ships as before (no slot keys) and as GPU totals."""
+    with from_layout_3.transaction() as db:
+        Spool.seal_periods(db, "gpu1", "GPU-H", T0 + 60)
+    rows = {kind: payload for _, kind, _, payload in from_layout_3.pending(100)}
+    assert not {"slot_id", "slot_kind", "share", "measured_by"} & set(json.loads(rows["interval"]))
+    store = RecordingStore()
+    Shipper(from_layout_3, store, "gpu1").drain()
+
+    (interval,) = [i for i in store.intervals if i.period_start == T0 + 60]
+    assert (interval.effective_slot_id, interval.slot_kind, interval.share) == ("GPU-H", "gpu", 1)
+    assert store.physical == [
+        GpuPhysicalInterval(
+            node="gpu1",
+            gpu_uuid="GPU-H",
+            period_start=T0 + 60,
+            period_end=T0 + 90,
+            covered_seconds=30.0,
+            power_mean_watts=100.0,
+            energy_joules=3000.0,
+            temperature_max_celsius=50.0,
+            ecc_errors_total=0,
+            mem_used_max_bytes=GIB,
+            mem_total_bytes=None,
+        )
+    ]
+
+
+def test_layout_3_run_totals_become_a_whole_gpu_summary(from_layout_3: Spool) -> None:
+    with from_layout_3.transaction() as db:
+        (summary,) = Spool.finish_job(db, "gpu1", 9, {0: "GPU-H"}, restart=1)
+    assert (summary.gpu_uuid, summary.slot_id, summary.slot_kind, summary.measured_by) == (
+        "GPU-H",
+        "",
+        "gpu",
+        "nvml",
+    )
+    assert (summary.gpu_seconds, summary.util_mean_percent) == (90.0, 80.0)

@@ -57,6 +57,7 @@ from slurm_gpu.models import (
     NodeHealth,
     QuotaApplied,
     QuotaUsage,
+    SlotKind,
     SlurmJob,
     UnallocatedUse,
     Verdict,
@@ -137,7 +138,12 @@ def evaluate(
     verdicts: list[Verdict] = []
     policy = config.policy
     for job in jobs:
-        if job.state.upper() != "RUNNING" or not holds_gpus(job):
+        # squeue may show a job holding only gres/shard or gres/mps without GPUs; its
+        # share rows from the agent make it a GPU job all the same (issue 14).
+        shares = any(
+            r.slot_kind in (SlotKind.SHARD, SlotKind.MPS) for r in by_job.get(job.job_id, ())
+        )
+        if job.state.upper() != "RUNNING" or not (holds_gpus(job) or shares):
             continue
         if policy.idle_gpu.enabled and not ctx.exempt(job, IDLE_GPU):
             verdict = idle_gpu(ctx, job, by_job.get(job.job_id, ()))

@@ -13,9 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from slurm_gpu.activity import slot_text
 from slurm_gpu.config import Config
 from slurm_gpu.config.policy import JobPolicySettings
-from slurm_gpu.models import Action, Exemption, GpuActivity, SlurmJob, Verdict
+from slurm_gpu.models import Action, Exemption, GpuActivity, SlotKind, SlurmJob, Verdict
 from slurm_gpu.policy.quota_periods import cluster_timezone
 
 IDLE_GPU = "idle_gpu"
@@ -194,17 +195,36 @@ def span_text(seconds: float) -> str:
 def gpu_list(rows: Iterable[GpuActivity]) -> str:
     """GPUs by node for people: "GPUs 0,1 on gpu1 and GPU 3 on gpu2".
 
-    The indices are Slurm's, as the user's job sees them.
+    The indices are Slurm's, as the user's job sees them. A slot that is not a whole GPU
+    (issue 14) is named by itself, after the whole GPUs: "MIG 1g.10gb slice MIG-... on
+    gpu3", "shard 1/4 of GPU-... on gpu3".
     """
     per_node: dict[str, list[int]] = defaultdict(list)
+    slots: list[str] = []
     for row in rows:
-        per_node[row.node].append(row.slurm_index)
+        if row.slot_kind == SlotKind.GPU:
+            per_node[row.node].append(row.slurm_index)
+        else:
+            slots.append(f"{slot_name(row)} on {row.node}")
     parts = []
     for node in sorted(per_node):
         indices = sorted(per_node[node])
         noun = "GPU" if len(indices) == 1 else "GPUs"
         parts.append(f"{noun} {','.join(map(str, indices))} on {node}")
-    return " and ".join(parts)
+    return " and ".join([*parts, *sorted(slots)])
+
+
+def slot_name(row: GpuActivity) -> str:
+    """A slot as a policy reason names it: "MIG 1g.10gb slice MIG-...", "GPU 0".
+
+    A MIG slice by its profile and MIG UUID, a share by its part of its GPU
+    (`slurm_gpu.activity.slot_text`), a whole GPU by its Slurm index.
+    """
+    if row.slot_kind == SlotKind.MIG:
+        return f"MIG {row.mig_profile or '?'} slice {row.effective_slot_id}"
+    if row.slot_kind == SlotKind.GPU:
+        return f"GPU {row.slurm_index}"
+    return slot_text(row.slot_kind, row.effective_slot_id, row.gpu_uuid, row.share)
 
 
 def number_text(value: float) -> str:

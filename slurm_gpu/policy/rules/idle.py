@@ -21,10 +21,11 @@ utilization instead, and every verdict about it says so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from slurm_gpu.activity import is_active
-from slurm_gpu.models import Action, GpuActivity, SlurmJob, Verdict
+from slurm_gpu.models import Action, GpuActivity, Measurement, SlotKind, SlurmJob, Verdict
 from slurm_gpu.policy.rules.context import (
     IDLE_GPU,
     Context,
@@ -44,7 +45,6 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
         job: the running job.
         rows: the agent's activity rows of the job's GPUs.
     """
-    settings = ctx.config.policy.idle_gpu
     now = ctx.now
     expected = {(node, index) for node, indices in job.gpus for index in indices}
     if expected:
@@ -56,6 +56,48 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
     stale = [r for r in mine if now - r.last_reading > ctx.fresh_seconds]
     if missing or stale or not mine:
         return _unknown(ctx, job, missing, stale)
+    unmeasured = [r for r in mine if _unmeasured(r)]
+    if not unmeasured:
+        return _judged(ctx, job, mine)
+    # Judge the measured slots alone: busy ones keep the job in use, and where all of them
+    # are idle the unknown ones may not be, so nothing is warned or cancelled.
+    verdict = _judged(ctx, job, [r for r in mine if not _unmeasured(r)])
+    if verdict is None:
+        return None
+    if verdict.action is Action.NOTICE:
+        return dataclasses.replace(
+            verdict, reason=f"{verdict.reason} Unknown, never idle: {_unmeasured_text(unmeasured)}."
+        )
+    return _unmeasured_verdict(ctx, job, unmeasured)
+
+
+def _unmeasured(row: GpuActivity) -> bool:
+    """A slot whose use is unknown although it has fresh rows: never idle.
+
+    A MIG slice measured by memory only (no GPM: an Ampere) or a share whose per-process
+    read gave nothing, while its job has processes there (or their count is unknown). A
+    slot held with no process of its job is not unknown: it is idle ("held, no process").
+    """
+    if row.slot_kind == SlotKind.GPU:
+        return False
+    if row.process_count == 0:
+        return False
+    if row.measured_by == Measurement.MEMORY_ONLY:
+        return True
+    return row.util_recent_percent is None and row.last_active is None
+
+
+def _held_no_process(row: GpuActivity) -> bool:
+    """A MIG slice or share its job holds with no process on it (idle, and said so)."""
+    return row.slot_kind != SlotKind.GPU and row.process_count == 0
+
+
+def _judged(ctx: Context, job: SlurmJob, mine: Sequence[GpuActivity]) -> Verdict | None:
+    """The verdict on the job's measured slots `mine` (fresh, none unknown)."""
+    if not mine:
+        return None
+    settings = ctx.config.policy.idle_gpu
+    now = ctx.now
 
     floor = settings.memory_floor_mib * MIB
     threshold = ctx.config.node.active_threshold_percent
@@ -96,6 +138,9 @@ def idle_gpu(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdic
     if not idle:
         return None
     threshold_text, note = _threshold_text(ctx, by_sm, len(by_util) == len(mine), by_util)
+    empty = [r for r in idle if _held_no_process(r)]
+    if empty:
+        note += f" {gpu_list(empty)}: held, no process."
     if len(idle) < len(mine):
         busy = [
             r for r, seconds in zip(mine, idle_for, strict=True) if seconds < settings.warn_after
@@ -205,6 +250,46 @@ def _signal_details(
         ("sm_threshold_percent", ctx.sm_threshold),
         ("judged_by_util_gpus", len(by_util)),
     )
+
+
+def _unmeasured_text(rows: Sequence[GpuActivity]) -> str:
+    """Why these slots' use is unknown, as a clause.
+
+    "MIG 1g.10gb slice MIG-... on gpu3 is measured by memory only (...), with processes
+    of the job".
+    """
+    memory_only = [r for r in rows if r.measured_by == Measurement.MEMORY_ONLY]
+    failed = [r for r in rows if r.measured_by != Measurement.MEMORY_ONLY]
+    parts = []
+    if memory_only:
+        parts.append(
+            f"{gpu_list(memory_only)} {'is' if len(memory_only) == 1 else 'are'} measured by "
+            "memory only (utilization not measured on an Ampere MIG slice)"
+        )
+    if failed:
+        parts.append(f"{gpu_list(failed)} gave no per-process utilization")
+    return f"{' and '.join(parts)}, with processes of the job"
+
+
+def _unmeasured_verdict(ctx: Context, job: SlurmJob, rows: Sequence[GpuActivity]) -> Verdict:
+    """The Action.NONE verdict of a job whose measured slots are idle and others unknown.
+
+    As for missing readings (`_unknown`): a warning of the current episode is suspended.
+    """
+    details = (("unmeasured_slots", len(rows)),)
+    text = (
+        f"{_unmeasured_text(rows)}: the GPU use of job {job.job_id} is unknown, and unknown "
+        "is never treated as idle."
+    )
+    if (job.job_id, IDLE_GPU) in ctx.warned:
+        return job_verdict(
+            IDLE_GPU,
+            Action.NONE,
+            job,
+            f"Warning suspended: {text}",
+            details=(*details, ("suspended", True)),
+        )
+    return job_verdict(IDLE_GPU, Action.NONE, job, f"Not judged idle: {text}", details=details)
 
 
 def _unknown(ctx: Context, job: SlurmJob, missing: int, stale: Sequence[GpuActivity]) -> Verdict:
