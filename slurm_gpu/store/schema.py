@@ -394,6 +394,88 @@ report_deliveries = sa.Table(
     sa.Column("message_id", sa.String(255), nullable=False),
 )
 
+# ---- revision 0010: usage rollups written at ingest (issue 16) ------------------------
+
+# The sums a report figure is made of (reports/rollups.py), per job and place
+# (`job_usage`) and per day (`usage_daily`, prorated like the reports: by the part of the
+# job inside the day). Clipped as reports/figures.py clips each GPU row: missing at most
+# the GPU-seconds, active at most the measured rest. `energy_rows` counts the summary
+# rows with an energy figure (none: energy unknown); the `*_unused_*` sums are each
+# row's units x its GPM-measured, SM-inactive share (reports/pricing.py unused_share).
+USAGE_SUMS = (
+    "gpu_seconds",
+    "active_seconds",
+    "missing_seconds",
+    "mem_gib_seconds",
+    "energy_joules",
+    "util_weighted_sum",
+    "util_seconds",
+    "physical_seconds",
+    "gpm_seconds",
+    *(f"{m}_{part}" for m in GPM_METRICS for part in ("weighted_sum", "gpm_seconds")),
+    "job_hour_seconds",
+    "gpu_unused_seconds",
+    "mem_unused_gib_seconds",
+    "job_hour_unused_seconds",
+)
+USAGE_COUNTS = ("energy_rows", "summary_rows")
+# Where the usage was (a job's summaries on one node of one model and slot shape).
+USAGE_PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
+
+
+def _usage_columns() -> list[sa.Column[Any]]:
+    return [
+        *(sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in USAGE_SUMS),
+        *(sa.Column(n, sa.BigInteger(), nullable=False, server_default="0") for n in USAGE_COUNTS),
+    ]
+
+
+def _place_columns() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("node", sa.String(NODE), nullable=False),
+        sa.Column("gpu_model", sa.String(NAME), nullable=False),
+        sa.Column("slot_kind", sa.String(16), nullable=False),
+        sa.Column("mig_profile", sa.String(32), nullable=False),
+        sa.Column("share", sa.Double(), nullable=False),
+    ]
+
+
+# One row per job, run and place: the job's summaries there, summed (not prorated), with
+# the job facts the reports prorate and group by, as they were when folded.
+job_usage = sa.Table(
+    "job_usage",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("job_id", sa.BigInteger(), nullable=False, autoincrement=False),
+    sa.Column("restart", sa.Integer(), nullable=False, autoincrement=False),
+    *_place_columns(),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    _time("submit_time", nullable=True),
+    _time("start_time"),
+    _time("end_time"),
+    *_usage_columns(),
+    sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *USAGE_PLACE),
+)
+sa.Index(None, job_usage.c.end_time)
+sa.Index(None, job_usage.c.start_time)
+
+# Per UTC day, owner and place: the prorated sums of `job_usage` (the days each job
+# touches, by the part of the job inside each day).
+usage_daily = sa.Table(
+    "usage_daily",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("day", sa.Double(), nullable=False, autoincrement=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    *_place_columns(),
+    *_usage_columns(),
+    sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -410,4 +492,6 @@ ALL_TABLES = (
     notifications,
     quota_actions,
     report_deliveries,
+    job_usage,
+    usage_daily,
 )

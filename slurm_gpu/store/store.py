@@ -32,7 +32,7 @@ from slurm_gpu.models import (
     JobGpuSummary,
     LostGpu,
 )
-from slurm_gpu.store import convert, rollup
+from slurm_gpu.store import convert, rollup, usage_rollup
 from slurm_gpu.store.control import ControlStore
 from slurm_gpu.store.deliveries import DeliveryLog
 from slurm_gpu.store.dialect import (
@@ -487,6 +487,8 @@ class Store:
                 conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
             self._set_gpu_ends(conn, {(e.job_id, e.node, e.restart) for e in events})
             self._merge_jobs(conn, events)
+            # The jobs' facts changed: their usage rollups follow (revision 0010).
+            usage_rollup.refold(conn, cluster, sorted({e.job_id for e in events}))
             return new
 
     def _set_gpu_ends(self, conn: sa.Connection, runs: set[tuple[int, str, int]]) -> None:
@@ -560,6 +562,16 @@ class Store:
                 values.update(cluster=self.cluster, job_id=job_id)
                 params.append(values)
             conn.execute(upsert(self.dialect, jobs, convert.JOB_COLUMNS), params)
+            usage_rollup.refold(conn, self.cluster, ids)  # revision 0010
+
+    def rebuild_rollups(self, since: float | None = None) -> int:
+        """Recompute the usage rollups (revision 0010) from raw rows, one transaction.
+
+        Of every job that ended on or after the UTC day of `since` (None: all); every
+        cluster in the store. Returns the number of `job_usage` rows written.
+        """
+        with self.writing("rebuilding the usage rollups") as conn:
+            return usage_rollup.rebuild(conn, None, since)
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         """The `jobs` row of `job_id` in this store's cluster, or None."""
@@ -632,6 +644,8 @@ class Store:
                 upsert(self.dialect, job_gpu_summaries, update),
                 [convert.summary_to_row(r, self.cluster) for r in rows],
             )
+            # Folded into the usage rollups in the same transaction (revision 0010).
+            usage_rollup.refold(conn, self.cluster, sorted({r.job_id for r in rows}))
         return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
