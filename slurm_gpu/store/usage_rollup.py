@@ -36,7 +36,6 @@ from slurm_gpu.store.schema import (
     USAGE_COUNTS,
     USAGE_PLACE,
     USAGE_SUMS,
-    gpu_inventory,
     job_gpu_summaries,
     job_usage,
     jobs,
@@ -145,24 +144,12 @@ def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
         yield unique[i : i + CHUNK]
 
 
-def _models(conn: sa.Connection) -> tuple[dict[str, str], dict[str, str]]:
-    """{GPU UUID: model} and {node: its one model} of the inventory (reports' fill_models)."""
-    i = gpu_inventory.c
-    by_uuid: dict[str, str] = {}
-    by_node: dict[str, set[str]] = {}
-    for node, uuid, model in conn.execute(sa.select(i.node, i.uuid, i.model)):
-        by_uuid[uuid] = model
-        by_node.setdefault(node, set()).add(model)
-    return by_uuid, {n: next(iter(m)) for n, m in by_node.items() if len(m) == 1}
-
-
 def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list[dict[str, Any]]:
     """The `job_usage` rows of these jobs, from their `jobs` row and summaries.
 
     None for a job with no summary, no start or no end (not folded: raw rows).
     """
     j, s = jobs.c, job_gpu_summaries.c
-    by_uuid, by_node = _models(conn)
     out: list[dict[str, Any]] = []
     for chunk in _chunks(job_ids):
         facts = {
@@ -186,11 +173,9 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
             per_row = max(end - start, 0.0) / len(rows)
             cells: dict[tuple[Any, ...], dict[str, Any]] = {}
             for row in rows:
-                model = row["gpu_model"] or by_uuid.get(row["gpu_uuid"], "")
-                model = model or by_node.get(row["node"], "")
                 place = (
                     row["node"] or "",
-                    model,
+                    row["gpu_model"] or "",  # blank: filled by the report (by node)
                     row["slot_kind"] or "gpu",
                     row["mig_profile"] or "",
                     float(row["share"]) if row["share"] is not None else 1.0,
@@ -213,7 +198,9 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
     return out
 
 
-def daily_of(cells: Iterable[Mapping[str, Any]], days: set[float] | None = None) -> list[dict[str, Any]]:
+def daily_of(
+    cells: Iterable[Mapping[str, Any]], days: set[float] | None = None
+) -> list[dict[str, Any]]:
     """`usage_daily` rows of `job_usage` rows (only `days`, when given)."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for cell in cells:
