@@ -6,6 +6,8 @@ import json
 import logging
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from slurm_gpu.collector.credential import CredentialCheck, NodeAddresses
 from slurm_gpu.collector.metrics import CollectorMetrics
 from slurm_gpu.collector.server import Collector
+from slurm_gpu.collector.service import slurm_node_addrs
 from slurm_gpu.collector.wire import (
     Refusal,
     WireBatch,
@@ -24,13 +27,16 @@ from slurm_gpu.collector.wire import (
     encode_batch,
 )
 from slurm_gpu.collector.writer import BatchWriter
-from slurm_gpu.errors import StoreError
+from slurm_gpu.config import read_config
+from slurm_gpu.errors import ConfigError, StoreError
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
 from slurm_gpu.munge import EMUNGE_CRED_EXPIRED, EMUNGE_CRED_REPLAYED, MungeCredential, MungeError
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.outbox import encode, fields_of
 from slurm_gpu.node.shipper import RetryLater, Shipper
 from slurm_gpu.node.spool import OutboxRow, Spool
+from slurm_gpu.slurm.scontrol import GpuNode
+from slurm_gpu.testing import FakeSlurmClient
 
 NOW = 1_800_000_000.0
 
@@ -445,3 +451,44 @@ def test_sink_sends_the_outbox_rows_as_read() -> None:
         batch.node, batch.batch, batch.rows,
     )  # fmt: skip
     assert digest(body).encode() == munge.decode(credential).payload
+
+
+def test_oversized_request_is_refused_before_its_body_is_read(store: RecordingStore) -> None:
+    """Over HTTP, a Content-Length beyond max_batch_bytes is answered 413 with the reason."""
+    collector = make_collector(FakeMunge(), store, max_bytes=1000)
+    collector.start()
+    request = urllib.request.Request(
+        f"http://{collector.address}/v1/batch", data=b"x" * 5000, method="POST"
+    )
+    try:
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=10)
+        answer = json.loads(caught.value.read())
+    finally:
+        collector.stop()
+    assert (413, "oversized") == (caught.value.code, answer["error"])
+    assert 1.0 == collector.metrics.refused_count("oversized")
+
+
+def test_node_addresses_come_from_slurm_for_nodes_not_listed() -> None:
+    """A node [collector] nodes does not list is checked against its Slurm NodeAddr."""
+    slurm = FakeSlurmClient(gpu_nodes=[GpuNode("gpu7", "IDLE", 4, 0, "gpu7-ib")])
+    resolved = {"10.1.0.1": ["10.1.0.1"], "gpu7-ib": ["10.2.0.7"]}
+    addresses = NodeAddresses(
+        {"gpu1": ["10.1.0.1"]}, slurm_node_addrs(slurm), resolve=resolved.__getitem__
+    )
+    assert (frozenset({"10.1.0.1"}), frozenset({"10.2.0.7"}), frozenset()) == (
+        addresses("gpu1"), addresses("gpu7"), addresses("gpu9"),
+    )  # fmt: skip
+    assert 1 == len(slurm.calls_to("gpu_nodes"))  # gpu9 unknown: not asked again at once
+
+
+def test_collector_mode_needs_a_collector_url(tmp_path: Path) -> None:
+    """[node] ship_to = "collector" without collector_url is a config error naming both."""
+    file = tmp_path / "slurm-gpu.toml"
+    file.write_text('[node]\nship_to = "collector"\n')
+    with pytest.raises(ConfigError) as caught:
+        read_config(file)
+    assert [
+        f'{file}: node: ship_to = "collector" needs collector_url (e.g. "http://head:6830")'
+    ] == caught.value.problems
