@@ -33,15 +33,15 @@ from slurm_gpu.reports.frames import (
     gpu_rows,
     stored_jobs,
 )
-from slurm_gpu.reports.pricing import slot_price_for
+from slurm_gpu.reports.pricing import add_cost, slot_price_for
 from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
-from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.store import Store, queries, usage_rollup
 from slurm_gpu.store.schema import GPM_METRICS, USAGE_COUNTS, USAGE_PLACE, USAGE_SUMS
 
 DAY = usage_rollup.DAY
 FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
+NO_FILTER = JobFilter()
 MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
 
 
@@ -58,7 +58,7 @@ def build_report_from_rollups(
     until: float,
     now: float,
     scope: Scope,
-    filters: JobFilter = JobFilter(),
+    filters: JobFilter = NO_FILTER,
     cost: CostSettings | None = None,
     lag: float | None = None,
     cluster: str = "",
@@ -195,9 +195,9 @@ def _members(cells: pd.DataFrame, since: float, until: float) -> pd.DataFrame:
         return pd.DataFrame(columns=MEMBER_COLUMNS)
     fraction = _fractions(cells["start_time"], cells["end_time"], since, until, until)
     part = cells[fraction > 0]
-    wait = part["start_time"].to_numpy(dtype=float) - pd.to_numeric(
-        part["submit_time"]
-    ).to_numpy(dtype=float, na_value=np.nan)
+    wait = part["start_time"].to_numpy(dtype=float) - pd.to_numeric(part["submit_time"]).to_numpy(
+        dtype=float, na_value=np.nan
+    )
     return part.assign(queue_wait=wait)[list(MEMBER_COLUMNS)]
 
 
@@ -255,7 +255,9 @@ def _raw_part(
     if not gpus.empty:
         jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gpus = add_cost(fill_models(gpus, store), jobs, cost)
-    rows = prorated(Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True)), since, until, now)
+    rows = prorated(
+        Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True)), since, until, now
+    )
     rows = rows[rows["fraction"] > 0] if len(rows) else rows
     if not len(rows):
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
@@ -323,7 +325,9 @@ def _grouped(
 
 def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
     """reports/figures.py `Groups.figures` of one group, from its sums (FIGURE_KEYS)."""
-    total = {name: float(pd.to_numeric(sums[name]).sum()) if len(sums) else 0.0 for name in FIGURE_SUMS}
+    total = {
+        name: float(pd.to_numeric(sums[name]).sum()) if len(sums) else 0.0 for name in FIGURE_SUMS
+    }
     gpu, missing = total["gpu_seconds"], total["missing_seconds"]
     measured = gpu - missing
     active: float | None
@@ -334,7 +338,11 @@ def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict
         active = total["active_seconds"]
         idle = max(measured - active, 0.0)
     jobs = members.drop_duplicates("job_id") if len(members) else members
-    waits = pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan) if len(jobs) else np.zeros(0)
+    waits = (
+        pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
+        if len(jobs)
+        else np.zeros(0)
+    )
     waits = waits[~np.isnan(waits)]
     gpm = total["gpm_seconds"]
     means = {}
@@ -344,7 +352,7 @@ def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict
     sm_weight = total["sm_active_gpm_seconds"]
     effective = total["sm_active_weighted_sum"] / 100.0 if sm_weight > 0 else None
     return {
-        "jobs": int(len(jobs)),
+        "jobs": len(jobs),
         "users": int(members["user"].nunique()) if len(members) else 0,
         "gpu_hours": gpu / 3600.0,
         "gpu_mem_hours": total["mem_gib_seconds"] / 3600.0,

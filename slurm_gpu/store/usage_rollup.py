@@ -91,7 +91,7 @@ def _unused_share(gpu: float, gpm: Any, sm: Any) -> float:
     return measured * (1.0 - min(max(float(sm) / 100.0, 0.0), 1.0))
 
 
-def row_sums(row: Mapping[str, Any], job_hour_seconds: float) -> dict[str, float]:
+def row_sums(row: Mapping[Any, Any], job_hour_seconds: float) -> dict[str, float]:
     """The `USAGE_SUMS`/`USAGE_COUNTS` of one GPU row (a summary, or a raw-path frame row).
 
     `job_hour_seconds`: the row's part of its job's elapsed seconds ([cost] unit job_hour:
@@ -102,8 +102,7 @@ def row_sums(row: Mapping[str, Any], job_hour_seconds: float) -> dict[str, float
     active = min(_num(row.get("active_seconds")), gpu - missing)
     util = row.get("util_mean_percent")
     energy = row.get("energy_joules")
-    share = row.get("share")
-    share = float(share) if _known(share) else 1.0
+    share = _num(row.get("share")) if _known(row.get("share")) else 1.0
     gpm = _num(row.get("gpm_seconds"))
     mem = _num(row.get("mem_gib_seconds"))
     unused = _unused_share(gpu, row.get("gpm_seconds"), row.get("sm_active_mean_percent"))
@@ -113,7 +112,7 @@ def row_sums(row: Mapping[str, Any], job_hour_seconds: float) -> dict[str, float
         "missing_seconds": missing,
         "mem_gib_seconds": mem,
         "energy_joules": _num(energy),
-        "util_weighted_sum": float(util) * gpu if _known(util) else 0.0,
+        "util_weighted_sum": _num(util) * gpu,
         "util_seconds": gpu if _known(util) else 0.0,
         "physical_seconds": gpu * share,
         "gpm_seconds": gpm,
@@ -126,7 +125,7 @@ def row_sums(row: Mapping[str, Any], job_hour_seconds: float) -> dict[str, float
     }
     for m in GPM_METRICS:
         mean = row.get(f"{m}_mean_percent")
-        out[f"{m}_weighted_sum"] = float(mean) * gpm if _known(mean) else 0.0
+        out[f"{m}_weighted_sum"] = _num(mean) * gpm
         out[f"{m}_gpm_seconds"] = gpm if _known(mean) else 0.0
     return out
 
@@ -158,7 +157,7 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
                 sa.select(jobs).where(j.cluster == cluster, j.job_id.in_(chunk))
             ).mappings()
         }
-        summaries: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+        summaries: dict[int, list[Mapping[Any, Any]]] = defaultdict(list)
         for r in conn.execute(
             sa.select(job_gpu_summaries)
             .where(s.cluster == cluster, s.job_id.in_(chunk))

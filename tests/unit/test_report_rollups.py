@@ -37,6 +37,7 @@ DEC = dt.datetime(2026, 12, 1, tzinfo=UTC).timestamp()
 H = 3600.0
 NOW = DEC + 5 * 24 * H
 LAG = 300.0
+NO_FILTER = JobFilter()
 ROOT = Scope(Caller(0, "root"), True, reason="root")
 A100, H100 = "NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"
 COSTS = [
@@ -57,12 +58,21 @@ WINDOWS = {
 }
 
 
-def _summary(job: int, restart: int, node: str, gpu: str, model: str, start: float,
-             seconds: float, rng: random.Random, **slot: Any) -> JobGpuSummary:  # fmt: skip
+def _summary(
+    job: int,
+    restart: int,
+    node: str,
+    gpu: str,
+    model: str,
+    start: float,
+    seconds: float,
+    rng: random.Random,
+    **slot: Any,
+) -> JobGpuSummary:
     missing = rng.choice([0.0, 0.0, seconds * 0.25, seconds * 1.5])  # > held: clipped
     util = rng.choice([None, 0.0, 3.0, 55.0, 97.0])
     gpm = rng.choice([0.0, seconds * 0.8])
-    means = (
+    means: dict[str, Any] = (
         {
             "sm_active_mean_percent": rng.uniform(0, 100),
             "sm_occupancy_mean_percent": rng.uniform(0, 100),
@@ -73,15 +83,29 @@ def _summary(job: int, restart: int, node: str, gpu: str, model: str, start: flo
         else {}
     )
     return JobGpuSummary(
-        job_id=job, node=node, gpu_uuid=gpu, gpu_model=model, start=start,
-        end=start + seconds, gpu_seconds=seconds, util_mean_percent=util,
-        util_max_percent=util, active_seconds=seconds * (util or 0.0) / 100 * 1.1,
-        mem_max_bytes=2**33, mem_gib_seconds=seconds * rng.uniform(0, 8),
+        job_id=job,
+        node=node,
+        gpu_uuid=gpu,
+        gpu_model=model,
+        start=start,
+        end=start + seconds,
+        gpu_seconds=seconds,
+        util_mean_percent=util,
+        util_max_percent=util,
+        active_seconds=seconds * (util or 0.0) / 100 * 1.1,
+        mem_max_bytes=2**33,
+        mem_gib_seconds=seconds * rng.uniform(0, 8),
         energy_joules=rng.choice([None, seconds * 250.0]),
-        reading_count=int(seconds / 60), missing_seconds=min(missing, seconds * 2),
-        user=f"u{job % 5}", account=f"acct{job % 3}", partition=("gpu", "mig")[job % 2],
-        restart=restart, gpm_seconds=gpm, **means, **slot,
-    )  # fmt: skip
+        reading_count=int(seconds / 60),
+        missing_seconds=min(missing, seconds * 2),
+        user=f"u{job % 5}",
+        account=f"acct{job % 3}",
+        partition=("gpu", "mig")[job % 2],
+        restart=restart,
+        gpm_seconds=gpm,
+        **means,
+        **slot,
+    )
 
 
 def fill(store: Store, seed: int = 11) -> None:
@@ -99,52 +123,123 @@ def fill(store: Store, seed: int = 11) -> None:
             if shape == 0:  # whole GPUs
                 for g in range(2):
                     summaries.append(
-                        _summary(job, restart, node, f"GPU-{node}-{g}", A100 if job % 3 else H100,
-                                 start, seconds, rng)  # fmt: skip
+                        _summary(
+                            job,
+                            restart,
+                            node,
+                            f"GPU-{node}-{g}",
+                            A100 if job % 3 else H100,
+                            start,
+                            seconds,
+                            rng,
+                        )
                     )
             elif shape == 1:  # MIG slices
                 summaries.append(
-                    _summary(job, restart, node, f"GPU-{node}-h", H100, start, seconds, rng,
-                             slot_id=f"MIG-{job}-{node}", slot_kind=SlotKind.MIG, share=1 / 7,
-                             mig_profile="1g.10gb", measured_by=Measurement.GPM)  # fmt: skip
+                    _summary(
+                        job,
+                        restart,
+                        node,
+                        f"GPU-{node}-h",
+                        H100,
+                        start,
+                        seconds,
+                        rng,
+                        slot_id=f"MIG-{job}-{node}",
+                        slot_kind=SlotKind.MIG,
+                        share=1 / 7,
+                        mig_profile="1g.10gb",
+                        measured_by=Measurement.GPM,
+                    )
                 )
             elif shape == 2:  # a shard of a quarter GPU
                 summaries.append(
-                    _summary(job, restart, node, f"GPU-{node}-a", A100, start, seconds, rng,
-                             slot_id=f"GPU-{node}-a/shard/{job}", slot_kind=SlotKind.SHARD,
-                             share=0.25, measured_by=Measurement.PER_PROCESS)  # fmt: skip
+                    _summary(
+                        job,
+                        restart,
+                        node,
+                        f"GPU-{node}-a",
+                        A100,
+                        start,
+                        seconds,
+                        rng,
+                        slot_id=f"GPU-{node}-a/shard/{job}",
+                        slot_kind=SlotKind.SHARD,
+                        share=0.25,
+                        measured_by=Measurement.PER_PROCESS,
+                    )
                 )
             else:  # a whole GPU of a model only the inventory knows
                 summaries.append(
                     _summary(job, restart, node, f"GPU-{node}-x", "", start, seconds, rng)
                 )
         jobs.append(
-            {"job_id": job, "user": f"u{job % 5}", "account": f"acct{job % 3}",
-             "partition": ("gpu", "mig")[job % 2], "job_name": f"j{job}", "state": "COMPLETED",
-             "submit_time": None if job % 13 == 0 else start - rng.uniform(0, 3 * H),
-             "start_time": start, "end_time": start + seconds, "nodes": ",".join(nodes),
-             "gpus": 2 * len(nodes) if shape == 0 else len(nodes)}  # fmt: skip
+            {
+                "job_id": job,
+                "user": f"u{job % 5}",
+                "account": f"acct{job % 3}",
+                "partition": ("gpu", "mig")[job % 2],
+                "job_name": f"j{job}",
+                "state": "COMPLETED",
+                "submit_time": None if job % 13 == 0 else start - rng.uniform(0, 3 * H),
+                "start_time": start,
+                "end_time": start + seconds,
+                "nodes": ",".join(nodes),
+                "gpus": 2 * len(nodes) if shape == 0 else len(nodes),
+            }
         )
     # Running (intervals only) and ended with no summary (all of it missing).
-    jobs.append({"job_id": 900, "user": "u1", "account": "acct0", "partition": "gpu",
-                 "submit_time": DEC - 3 * H, "start_time": DEC - 2 * H, "end_time": None,
-                 "nodes": "gpu1", "gpus": 1})  # fmt: skip
-    jobs.append({"job_id": 901, "user": "u2", "account": "acct1", "partition": "gpu",
-                 "submit_time": NOV + 3 * H, "start_time": NOV + 4 * H,
-                 "end_time": NOV + 30 * H, "nodes": "gpu2", "gpus": 2})  # fmt: skip
+    jobs.append(
+        {
+            "job_id": 900,
+            "user": "u1",
+            "account": "acct0",
+            "partition": "gpu",
+            "submit_time": DEC - 3 * H,
+            "start_time": DEC - 2 * H,
+            "end_time": None,
+            "nodes": "gpu1",
+            "gpus": 1,
+        }
+    )
+    jobs.append(
+        {
+            "job_id": 901,
+            "user": "u2",
+            "account": "acct1",
+            "partition": "gpu",
+            "submit_time": NOV + 3 * H,
+            "start_time": NOV + 4 * H,
+            "end_time": NOV + 30 * H,
+            "nodes": "gpu2",
+            "gpus": 2,
+        }
+    )
     store.upsert_jobs(jobs)
     store.add_summaries(summaries[: len(summaries) // 2])
     store.add_summaries(summaries[len(summaries) // 2 :])
     store.add_intervals(
         [
-            GpuInterval(node="gpu1", gpu_uuid="GPU-gpu1-0", period_start=DEC - 2 * H + 60 * i,
-                        period_end=DEC - 2 * H + 60 * (i + 1), job_id=900,
-                        util_mean_percent=40.0, util_max_percent=60.0, util_min_percent=20.0,
-                        util_sample_count=6, active_seconds=60.0, covered_seconds=60.0,
-                        mem_used_max_bytes=2**32, mem_total_bytes=2**36,
-                        power_mean_watts=200.0, energy_joules=12000.0,
-                        temperature_max_celsius=60.0, ecc_errors_total=0,
-                        unallocated_pids=())  # fmt: skip
+            GpuInterval(
+                node="gpu1",
+                gpu_uuid="GPU-gpu1-0",
+                period_start=DEC - 2 * H + 60 * i,
+                period_end=DEC - 2 * H + 60 * (i + 1),
+                job_id=900,
+                util_mean_percent=40.0,
+                util_max_percent=60.0,
+                util_min_percent=20.0,
+                util_sample_count=6,
+                active_seconds=60.0,
+                covered_seconds=60.0,
+                mem_used_max_bytes=2**32,
+                mem_total_bytes=2**36,
+                power_mean_watts=200.0,
+                energy_joules=12000.0,
+                temperature_max_celsius=60.0,
+                ecc_errors_total=0,
+                unallocated_pids=(),
+            )
             for i in range(30)
         ]
     )
@@ -154,8 +249,16 @@ def fill(store: Store, seed: int = 11) -> None:
     for n, node in enumerate(("gpu1", "gpu2", "gpu3")):
         store.upsert_inventory(
             node,
-            [GpuDevice(uuid=f"GPU-{node}-x", name=A100, minor=0, nvml_index=0,
-                       pci_bus_id=f"0000:0{n}:00.0", memory_total_bytes=2**36)],  # fmt: skip
+            [
+                GpuDevice(
+                    uuid=f"GPU-{node}-x",
+                    name=A100,
+                    minor=0,
+                    nvml_index=0,
+                    pci_bus_id=f"0000:0{n}:00.0",
+                    memory_total_bytes=2**36,
+                )
+            ],
             NOV,
         )
 
@@ -168,20 +271,58 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield s
 
 
-def old_report(store: Store, group: str, since: float, until: float, cost: CostSettings,
-               filters: JobFilter = JobFilter()) -> Report:  # fmt: skip
+def old_report(
+    store: Store,
+    group: str,
+    since: float,
+    until: float,
+    cost: CostSettings,
+    filters: JobFilter = NO_FILTER,
+) -> Report:
     """The report from raw rows, as before revision 0010."""
-    usage = load_usage(store, since=since, until=until, now=NOW, sacct_jobs=None, scope=ROOT,
-                       filters=filters, cost=cost, lag=LAG)  # fmt: skip
-    return build_report(usage, group, since=since, until=until, now=NOW, cluster="c1",
-                        all_nodes=["gpu1", "gpu2", "gpu3", "gpu9"])  # fmt: skip
+    usage = load_usage(
+        store,
+        since=since,
+        until=until,
+        now=NOW,
+        sacct_jobs=None,
+        scope=ROOT,
+        filters=filters,
+        cost=cost,
+        lag=LAG,
+    )
+    return build_report(
+        usage,
+        group,
+        since=since,
+        until=until,
+        now=NOW,
+        cluster="c1",
+        all_nodes=["gpu1", "gpu2", "gpu3", "gpu9"],
+    )
 
 
-def new_report(store: Store, group: str, since: float, until: float, cost: CostSettings,
-               filters: JobFilter = JobFilter()) -> Report:  # fmt: skip
-    return build_report_from_rollups(store, group, since=since, until=until, now=NOW,
-                                     scope=ROOT, filters=filters, cost=cost, lag=LAG,
-                                     cluster="c1", all_nodes=["gpu1", "gpu2", "gpu3", "gpu9"])  # fmt: skip
+def new_report(
+    store: Store,
+    group: str,
+    since: float,
+    until: float,
+    cost: CostSettings,
+    filters: JobFilter = NO_FILTER,
+) -> Report:
+    return build_report_from_rollups(
+        store,
+        group,
+        since=since,
+        until=until,
+        now=NOW,
+        scope=ROOT,
+        filters=filters,
+        cost=cost,
+        lag=LAG,
+        cluster="c1",
+        all_nodes=["gpu1", "gpu2", "gpu3", "gpu9"],
+    )
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -217,7 +358,8 @@ def test_every_group_from_rollups_equals_raw_rows(store: Store, group: str, wind
     since, until = WINDOWS[window]
     for cost in COSTS:
         assert_same_report(
-            old_report(store, group, since, until, cost), new_report(store, group, since, until, cost)
+            old_report(store, group, since, until, cost),
+            new_report(store, group, since, until, cost),
         )
 
 
@@ -240,7 +382,9 @@ def _tables(store: Store) -> dict[str, list[tuple[Any, ...]]]:
         }
 
 
-def _approx_tables(a: dict[str, list[tuple[Any, ...]]], b: dict[str, list[tuple[Any, ...]]]) -> None:
+def _approx_tables(
+    a: dict[str, list[tuple[Any, ...]]], b: dict[str, list[tuple[Any, ...]]]
+) -> None:
     for name in a:
         assert len(a[name]) == len(b[name]), name
         for x, y in zip(a[name], b[name], strict=True):
@@ -259,8 +403,9 @@ def test_rebuilt_rollups_equal_those_written_at_ingest(store: Store) -> None:
 
 def test_changed_job_facts_refold_the_rollups(store: Store) -> None:
     """A job moved to another account and time (sacct sync) moves its usage with it."""
-    store.upsert_jobs([{"job_id": 104, "account": "moved", "start_time": NOV + 3 * H,
-                        "end_time": NOV + 40 * H}])  # fmt: skip
+    store.upsert_jobs(
+        [{"job_id": 104, "account": "moved", "start_time": NOV + 3 * H, "end_time": NOV + 40 * H}]
+    )
     after = _tables(store)
     store.rebuild_rollups()
     _approx_tables(after, _tables(store))
@@ -283,3 +428,28 @@ def test_upgrade_from_0009_builds_the_rollups(store: Store) -> None:
         old_report(store, "slot", since, until, COSTS[1]),
         new_report(store, "slot", since, until, COSTS[1]),
     )
+
+
+def test_db_rebuild_rollups_command_rebuilds_them(store: Store) -> None:
+    """`slurm-gpu db rebuild-rollups [--since DATE]` rewrites the rollups ingest wrote."""
+    from click.testing import CliRunner
+
+    from slurm_gpu.cli.main import cli
+
+    ingested = _tables(store)
+    with store.writing("test") as conn:
+        conn.execute(sa.delete(usage_daily))
+        conn.execute(sa.delete(job_usage))
+    url = str(store.engine.url)
+    result = CliRunner().invoke(cli, ["db", "rebuild-rollups", "--url", url])
+    assert result.exit_code == 0, result.output
+    assert f"{len(ingested['job_usage'])} job usage rows" in result.output
+    _approx_tables(ingested, _tables(store))
+    result = CliRunner().invoke(
+        cli, ["db", "rebuild-rollups", "--url", url, "--since", "2026-11-20"]
+    )
+    assert result.exit_code == 0, result.output
+    _approx_tables(ingested, _tables(store))
+    result = CliRunner().invoke(cli, ["db", "rebuild-rollups", "--url", url, "--since", "nope"])
+    assert result.exit_code == 2
+    assert "--since" in result.output

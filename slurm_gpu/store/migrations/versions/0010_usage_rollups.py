@@ -16,6 +16,7 @@ Create Date: 2026-12-10 10:00:00.000000
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -58,7 +59,7 @@ def _place() -> list[sa.Column[object]]:
     ]
 
 
-def _figures() -> list[sa.Column[object]]:
+def _figures() -> list[sa.Column[Any]]:
     return [
         *(sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in SUMS),
         *(sa.Column(n, sa.BigInteger(), nullable=False, server_default="0") for n in COUNTS),
@@ -80,9 +81,7 @@ def upgrade() -> None:
         sa.Column("start_time", sa.Double(), nullable=False),
         sa.Column("end_time", sa.Double(), nullable=False),
         *_figures(),
-        sa.PrimaryKeyConstraint(
-            "cluster", "job_id", "restart", *PLACE, name=op.f("pk_job_usage")
-        ),
+        sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *PLACE, name=op.f("pk_job_usage")),
     )
     op.create_index(op.f("ix_job_usage_end_time"), "job_usage", ["end_time"], unique=False)
     op.create_index(op.f("ix_job_usage_start_time"), "job_usage", ["start_time"], unique=False)
