@@ -306,45 +306,78 @@ def _slot_labels(frame: pd.DataFrame) -> pd.Series:
 def _grouped(
     sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool
 ) -> list[tuple[Any, dict[str, Any]]]:
-    """`(value, figures)` per distinct value of `key`, in sorted order."""
+    """`(value, figures)` per distinct value of `key`, in sorted order (vectorized)."""
     if not len(sums) and not len(members):
         return []
-    by_sums = {k: g for k, g in sums.groupby(sums[key].astype(str), sort=True)}
-    by_members = {k: g for k, g in members.groupby(members[key].astype(str), sort=True)}
-    keys = sorted(set(by_sums) | set(by_members))
-    return [
-        (
-            k,
-            _figures(
-                by_sums.get(k, sums.iloc[0:0]), by_members.get(k, members.iloc[0:0]), held_cost
-            ),
-        )
-        for k in keys
-    ]
+    summed = (
+        sums.assign(_key=sums[key].astype(str))
+        .groupby("_key", sort=True)[list(FIGURE_SUMS)]
+        .sum(min_count=0)
+    )
+    counted = _counted(members.assign(_key=members[key].astype(str)))
+    keys = sorted(set(summed.index) | set(counted))
+    zeros = dict.fromkeys(FIGURE_SUMS, 0.0)
+    rows = summed.to_dict("index")
+    return [(k, _from_totals(rows.get(k, zeros), counted.get(k, _NOBODY), held_cost)) for k in keys]
+
+
+_NOBODY: tuple[int, int, float | None, float | None] = (0, 0, None, None)
+
+
+def _counted(members: pd.DataFrame) -> dict[str, tuple[int, int, float | None, float | None]]:
+    """{group: (jobs, users, queue wait mean, p95)}: each job and user counted once.
+
+    The 95th percentile interpolates linearly between the sorted waits, as numpy's does.
+    """
+    if not len(members):
+        return {}
+    jobs = members.drop_duplicates(["_key", "job_id"])
+    users = members.drop_duplicates(["_key", "user"]).groupby("_key", sort=False).size()
+    counts = jobs.groupby("_key", sort=False).size()
+    waits = pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
+    known = ~np.isnan(waits)
+    keys = jobs["_key"].to_numpy(dtype=object)[known]
+    codes, names = pd.factorize(keys, sort=True)
+    values = waits[known]
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    n = np.bincount(codes, minlength=len(names))
+    starts = np.cumsum(n) - n
+    sums = np.bincount(codes, weights=values, minlength=len(names))
+    h = (n - 1) * 0.95
+    low = np.floor(h).astype(np.int64)
+    high = np.minimum(low + 1, n - 1)
+    a, b = values[starts + low], values[starts + high]
+    p95 = a + (h - low) * (b - a)
+    stats = {str(k): (float(sums[c] / n[c]), float(p95[c])) for c, k in enumerate(names)}
+    return {
+        str(k): (int(count), int(users.get(k, 0)), *stats.get(str(k), (None, None)))
+        for k, count in counts.items()
+    }
 
 
 def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
+    """The figures of every row together (the totals row)."""
+    totals = {n: float(pd.to_numeric(sums[n]).sum()) if len(sums) else 0.0 for n in FIGURE_SUMS}
+    counted = _counted(members.assign(_key="")) if len(members) else {}
+    return _from_totals(totals, counted.get("", _NOBODY), held_cost)
+
+
+def _from_totals(
+    total: dict[str, Any], counted: tuple[int, int, float | None, float | None], held_cost: bool
+) -> dict[str, Any]:
     """reports/figures.py `Groups.figures` of one group, from its sums (FIGURE_KEYS)."""
-    total = {
-        name: float(pd.to_numeric(sums[name]).sum()) if len(sums) else 0.0 for name in FIGURE_SUMS
-    }
-    gpu, missing = total["gpu_seconds"], total["missing_seconds"]
+    jobs, users, wait_mean, wait_p95 = counted
+    gpu, missing = float(total["gpu_seconds"]), float(total["missing_seconds"])
     measured = gpu - missing
     active: float | None
     idle: float | None
     if gpu > 0 and measured <= 0:
         active = idle = None
     else:
-        active = total["active_seconds"]
+        active = float(total["active_seconds"])
         idle = max(measured - active, 0.0)
-    jobs = members.drop_duplicates("job_id") if len(members) else members
-    waits = (
-        pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
-        if len(jobs)
-        else np.zeros(0)
-    )
-    waits = waits[~np.isnan(waits)]
-    gpm = total["gpm_seconds"]
+    gpm = float(total["gpm_seconds"])
     means = {}
     for m in GPM_METRICS:
         weight = total[f"{m}_gpm_seconds"]
@@ -352,8 +385,8 @@ def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict
     sm_weight = total["sm_active_gpm_seconds"]
     effective = total["sm_active_weighted_sum"] / 100.0 if sm_weight > 0 else None
     return {
-        "jobs": len(jobs),
-        "users": int(members["user"].nunique()) if len(members) else 0,
+        "jobs": jobs,
+        "users": users,
         "gpu_hours": gpu / 3600.0,
         "gpu_mem_hours": total["mem_gib_seconds"] / 3600.0,
         "util_mean_percent": total["util_weighted_sum"] / total["util_seconds"]
@@ -365,13 +398,13 @@ def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict
         "missing_gpu_hours": missing / 3600.0,
         "missing_percent": 100.0 * missing / gpu if gpu > 0 else None,
         "energy_kwh": total["energy_joules"] / 3.6e6 if total["energy_rows"] > 0 else None,
-        "cost": total["cost"],
-        "queue_wait_mean": float(waits.sum() / len(waits)) if len(waits) else None,
-        "queue_wait_p95": float(np.percentile(waits, 95.0)) if len(waits) else None,
+        "cost": float(total["cost"]),
+        "queue_wait_mean": wait_mean,
+        "queue_wait_p95": wait_p95,
         "gpm_gpu_hours": gpm / 3600.0,
         "gpm_percent": 100.0 * gpm / gpu if gpu > 0 else None,
         **means,
         "effective_gpu_hours": None if effective is None else effective / 3600.0,
-        "idle_held_cost": total["idle_held_cost"] if held_cost else None,
+        "idle_held_cost": float(total["idle_held_cost"]) if held_cost else None,
         "physical_gpu_hours": total["physical_seconds"] / 3600.0,
     }
