@@ -316,8 +316,10 @@ def _grouped(
     )
     counted = _counted(members.assign(_key=members[key].astype(str)))
     keys = sorted(set(summed.index) | set(counted))
-    zeros = dict.fromkeys(FIGURE_SUMS, 0.0)
-    rows = summed.to_dict("index")
+    zeros: dict[str, Any] = dict.fromkeys(FIGURE_SUMS, 0.0)
+    rows: dict[Any, dict[str, Any]] = {
+        str(k): {str(n): v for n, v in r.items()} for k, r in summed.to_dict("index").items()
+    }
     return [(k, _from_totals(rows.get(k, zeros), counted.get(k, _NOBODY), held_cost)) for k in keys]
 
 

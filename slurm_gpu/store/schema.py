@@ -460,6 +460,8 @@ job_usage = sa.Table(
 )
 sa.Index(None, job_usage.c.end_time)
 sa.Index(None, job_usage.c.start_time)
+# Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
+sa.Index(None, job_usage.c.user, job_usage.c.end_time)
 
 # Per UTC day, owner and place: the prorated sums of `job_usage` (the days each job
 # touches, by the part of the job inside each day).

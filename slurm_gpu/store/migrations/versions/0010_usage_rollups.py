@@ -85,6 +85,9 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_job_usage_end_time"), "job_usage", ["end_time"], unique=False)
     op.create_index(op.f("ix_job_usage_start_time"), "job_usage", ["start_time"], unique=False)
+    op.create_index(
+        op.f("ix_job_usage_user_end_time"), "job_usage", ["user", "end_time"], unique=False
+    )
     op.create_table(
         "usage_daily",
         sa.Column("cluster", sa.String(length=NAME), nullable=False),
@@ -107,6 +110,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     """Revert this revision."""
     op.drop_table("usage_daily")
+    op.drop_index(op.f("ix_job_usage_user_end_time"), "job_usage")
     op.drop_index(op.f("ix_job_usage_start_time"), "job_usage")
     op.drop_index(op.f("ix_job_usage_end_time"), "job_usage")
     op.drop_table("job_usage")
