@@ -257,9 +257,12 @@ class NodeAgent:
         result = TickResult(time=now)
         event_files = read_events(self.node_dir, self.node)
         if event_files:
+            # Bound before the transaction: binding may ask Slurm (a job's shares), which
+            # must not hold the spool's write lock against the shipper meanwhile.
+            events = [self._bound_event(item) for item in event_files]
             with self.spool.transaction() as db:
-                for item in event_files:
-                    self.spool.apply_event(db, self._bound_event(item))
+                for event in events:
+                    self.spool.apply_event(db, event)
             self._spans = None  # the events opened or closed spans
         for item in event_files:
             item.path.unlink(missing_ok=True)
@@ -509,12 +512,7 @@ class NodeAgent:
         previous_mem = self._last_mem.pop(device.uuid, None) if continuous else None
         if snap.error is not None:
             # Nothing is known about this window: it stays uncovered (missing).
-            self._measured_since.pop(device.uuid, None)  # a gap: idle clocks start again
-            if device.uuid not in self._lost:
-                log.error(
-                    "GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, snap.error
-                )
-                self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, snap.error)
+            self._unreadable(device, snap.error, now, (device.uuid,))
             return now, last_sample, None
         if self._lost.pop(device.uuid, None) is not None:
             log.warning("GPU %s (minor %d) answers again", device.uuid, device.minor)
@@ -645,6 +643,20 @@ class NodeAgent:
             next_seal = before + self.period
         self._next_seal[uuid] = next_seal
 
+    def _unreadable(
+        self, device: GpuDevice, error: str, now: float, slots: tuple[str, ...]
+    ) -> None:
+        """`device` could not be read this tick.
+
+        The idle clocks of `slots` start again after the gap, and the GPU is reported lost
+        (logged once, until it answers again).
+        """
+        for uuid in slots:
+            self._measured_since.pop(uuid, None)
+        if device.uuid not in self._lost:
+            log.error("GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, error)
+            self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, error)
+
     def _read_mig_gpu(
         self,
         db: sqlite3.Connection,
@@ -667,13 +679,8 @@ class NodeAgent:
         result.snapshots[device.uuid] = snap
         if snap.error is not None:
             # Nothing is known about this window, of the GPU or of its slices: missing.
-            for uuid in (device.uuid, *(m.uuid for m in device.mig_devices)):
-                self._measured_since.pop(uuid, None)
-            if device.uuid not in self._lost:
-                log.error(
-                    "GPU %s (minor %d) cannot be read: %s", device.uuid, device.minor, snap.error
-                )
-                self._lost[device.uuid] = LostGpu(device.uuid, device.minor, now, snap.error)
+            slots = (device.uuid, *(m.uuid for m in device.mig_devices))
+            self._unreadable(device, snap.error, now, slots)
             return now, None, None
         if self._lost.pop(device.uuid, None) is not None:
             log.warning("GPU %s (minor %d) answers again", device.uuid, device.minor)
