@@ -356,6 +356,28 @@ class SlurmJob:
 
 
 @dataclass(frozen=True)
+class NodeHeartbeat:
+    """One tick of a node's agent: which slots it read then (issue 16, "ship less").
+
+    A GpuActivity row describes a state that holds until the agent ships the next row for
+    that job and slot; the agent ships one only when that state changes (or every
+    `[node] activity_refresh`). The newest heartbeat vouches that the agent was alive at
+    `tick` and read every slot in `slots`: the store extends those slots' activity rows to
+    it (`Store.activity`). A slot not in `slots` (lost, unreadable) is not extended, so its
+    reading goes stale as before.
+
+    Attributes:
+        node: the node's name.
+        tick: end of the agent's newest read (POSIX seconds).
+        slots: the slot ids read successfully in that tick.
+    """
+
+    node: str
+    tick: float
+    slots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GpuActivity:
     """What the node agent last knew about one GPU of one running job.
 

@@ -199,6 +199,21 @@ class NodeSettings:
         default=3,
         metadata=doc("A GPU with no reading for this many intervals is missing.", minimum=1),
     )
+    activity_refresh: Duration = field(
+        default=Duration(300.0),
+        metadata=doc(
+            "Longest time the agent goes without shipping a running job's GPU activity when"
+            " it has not changed; a heartbeat every interval vouches for it in between.",
+            above=0,
+        ),
+    )
+    munge_socket: str = field(
+        default="",
+        metadata=doc(
+            "munged's socket for signing batches to the collector; \"\" is libmunge's"
+            " default (/run/munge/munge.socket.2)."
+        ),
+    )
     ship_to: Literal["store", "collector"] = field(
         default="store",
         metadata=doc(

@@ -85,7 +85,7 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
 
 def collector_sink(config: Config) -> CollectorSink:
     """The sink of `[node] ship_to = "collector"`: batches to collector_url, MUNGE-signed."""
-    return CollectorSink(config.node.collector_url, Libmunge().encode)
+    return CollectorSink(config.node.collector_url, Libmunge(config.node.munge_socket).encode)
 
 
 def run_node(
