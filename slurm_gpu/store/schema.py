@@ -308,6 +308,19 @@ gpu_activity = sa.Table(
     sa.PrimaryKeyConstraint("cluster", "job_id", "node", "slot_id"),
 )
 
+# Revision 0011 (issue 16, "ship less"): each node's newest agent heartbeat, which extends
+# its activity rows to `tick` for the slots in `slots` (a JSON list of slot ids; store/
+# heartbeats.py). An older heartbeat never replaces a newer one.
+node_heartbeats = sa.Table(
+    "node_heartbeats",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("node", sa.String(NODE), nullable=False),
+    _time("tick"),
+    sa.Column("slots", sa.Text(), nullable=False),
+    sa.PrimaryKeyConstraint("cluster", "node"),
+)
+
 # Every controller decision, dry-run or real, written before it is acted on.
 audit_log = sa.Table(
     "audit_log",
@@ -488,6 +501,7 @@ ALL_TABLES = (
     gpu_inventory,
     job_events,
     gpu_activity,
+    node_heartbeats,
     audit_log,
     exemptions,
     controller_lease,
