@@ -10,7 +10,7 @@ import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
-from slurm_gpu.collector.service import build_collector, run_collector
+from slurm_gpu.collector.service import build_collector, collector_store, run_collector
 from slurm_gpu.config.collector import check_listen
 
 
@@ -46,8 +46,10 @@ def run_cmd(app: App, listen: str | None) -> None:
     logging.basicConfig(
         level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    collector = build_collector(config, app.store, app.slurm, listen=listen)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    run_collector(collector, stop)
+    # Its own store, not app.store: its pool holds [collector] pool_size connections.
+    with collector_store(config) as store:
+        collector = build_collector(config, store, app.slurm, listen=listen)
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        run_collector(collector, stop)

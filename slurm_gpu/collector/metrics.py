@@ -6,7 +6,12 @@
   bad_credential, replayed, expired, non_root, digest_mismatch, wrong_node, foreign_rows,
   oversized, queue_full, store_down, munge_unavailable).
 - `slurm_gpu_collector_queue_depth`: accepted batches waiting for a writer.
-- `slurm_gpu_collector_write_seconds`: time to write one batch into the store.
+- `slurm_gpu_collector_write_seconds`: time to write one group of batches into the
+  store (one transaction).
+- `slurm_gpu_collector_group_batches`: batches per committed group (group commit).
+- `slurm_gpu_collector_rows_written_total`: store rows the committed groups wrote (new
+  events, intervals and physical intervals; activity rows and summaries upserted): a
+  batch shipped again counts its activity and summaries only.
 """
 
 from __future__ import annotations
@@ -61,8 +66,19 @@ class CollectorMetrics:
         )
         self.write_seconds = Histogram(
             "slurm_gpu_collector_write_seconds",
-            "Seconds to write one batch into the store",
+            "Seconds to write one group of batches into the store (one transaction)",
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
+        self.group_batches = Histogram(
+            "slurm_gpu_collector_group_batches",
+            "Batches committed together in one transaction (group commit)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+        self.rows_written = Counter(
+            "slurm_gpu_collector_rows_written",
+            "Store rows written by the committed groups",
             registry=self.registry,
         )
 

@@ -27,6 +27,20 @@ def slurm_node_addrs(slurm: SlurmClient) -> Callable[[], Mapping[str, str]]:
     return addrs
 
 
+def collector_store(config: Config) -> Store:
+    """The store of [store] url, its pool [collector] pool_size connections, no more.
+
+    One writer thread per connection (`BatchWriter`): the store sees at most pool_size
+    connections from the collector, whatever the number of nodes.
+    """
+    return Store(
+        config.store.url,
+        cluster=config.cluster.name,
+        echo=config.store.echo_sql,
+        pool_size=config.collector.pool_size,
+    )
+
+
 def build_collector(
     config: Config,
     store: Store,
@@ -38,7 +52,8 @@ def build_collector(
 
     Args:
         config: [collector] settings.
-        store: the accounting store, which the collector alone writes.
+        store: the accounting store, which the collector alone writes
+            (`collector_store`: its pool holds [collector] pool_size connections).
         slurm: asked for the NodeAddr of nodes [collector] nodes does not list (None:
             only the listed nodes may ship).
         decoder: MUNGE (default: libmunge on [collector] munge_socket).
@@ -58,6 +73,7 @@ def build_collector(
         store,
         metrics,
         pool_size=settings.pool_size,
+        group_max_batches=settings.group_max_batches,
         queue_depth=settings.queue_depth,
         retry_after=float(settings.retry_after),
     )

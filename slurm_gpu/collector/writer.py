@@ -5,6 +5,12 @@ it: the agent deletes rows from its spool only after a 200, so the answer must f
 commit. `pool_size` writers mean at most that many store connections, whatever the number
 of nodes; a full queue is refused at once (503 with Retry-After) instead of piling up
 requests the store cannot take.
+
+Group commit: a writer takes the batch it got plus whatever else waits, up to
+`group_max_batches`, and writes them in one transaction (`Store.write_batches`), so the
+store's per-transaction cost is paid once per group, not per node. When a group fails and
+the store still answers, one batch's data was at fault: each batch of the group is then
+written alone, so one bad batch cannot refuse the others.
 """
 
 from __future__ import annotations
@@ -13,13 +19,15 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Protocol
 
 from slurm_gpu.collector.metrics import CollectorMetrics
 from slurm_gpu.collector.wire import Refusal
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.node.shipper import DecodedBatch, StoreSink, write_batch
+from slurm_gpu.node.shipper import DecodedBatch
 
 log = logging.getLogger(__name__)
 
@@ -31,28 +39,43 @@ class _Job:
     done: Future[None]
 
 
+class GroupSink(Protocol):
+    """The part of the accounting store the collector writes through."""
+
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        """Writes (node, batch) pairs in one transaction; returns the rows written."""
+        ...
+
+    def ping(self) -> None:
+        """Raises StoreError unless the store answers."""
+        ...
+
+
 class BatchWriter:
-    """Writes accepted batches into the store from `pool_size` threads.
+    """Writes accepted batches into the store from `pool_size` threads, in groups.
 
     Args:
-        store: the accounting store (its add_* methods; idempotent keys).
-        metrics: where write times are recorded.
+        store: the accounting store (`write_batches`; idempotent keys).
+        metrics: where write times, group sizes and rows written are recorded.
         pool_size: writer threads, i.e. the most store connections used at once.
+        group_max_batches: the most batches one transaction writes.
         queue_depth: batches that may wait for a writer; one more is refused.
         retry_after: seconds a refused agent is told to wait (Retry-After).
     """
 
     def __init__(
         self,
-        store: StoreSink,
+        store: GroupSink,
         metrics: CollectorMetrics,
         pool_size: int = 8,
         queue_depth: int = 64,
         retry_after: float = 5.0,
+        group_max_batches: int = 32,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.pool_size = pool_size
+        self.group_max_batches = group_max_batches
         self.retry_after = retry_after
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_depth)
         self._threads: list[threading.Thread] = []
@@ -103,16 +126,59 @@ class BatchWriter:
             job = self._queue.get()
             if job is None:
                 return
-            started = time.monotonic()
-            try:
-                write_batch(self.store, job.node, job.batch)
-            except SlurmGpuError as exc:
-                job.done.set_exception(
-                    Refusal(503, "store_down", f"store: {exc}", self.retry_after)
+            group = [job]
+            stopping = False
+            while len(group) < self.group_max_batches:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:  # stop(): this writer ends after its group
+                    stopping = True
+                    break
+                group.append(more)
+            self._write(group)
+            if stopping:
+                return
+
+    def _write(self, group: list[_Job]) -> None:
+        """Writes `group` in one transaction and answers each of its callers."""
+        started = time.monotonic()
+        try:
+            rows = self.store.write_batches([(job.node, job.batch) for job in group])
+        except SlurmGpuError as exc:
+            if len(group) > 1 and self._store_answers():
+                log.warning(
+                    "a group of %d batches was not written (%s); writing each alone",
+                    len(group),
+                    exc,
                 )
-            except Exception as exc:  # a bug must not kill a writer and hang its caller
-                log.exception("writing a batch of %s failed", job.node)
+                for job in group:
+                    self._write([job])
+                return
+            if len(group) == 1:
+                log.error("the batch of %s was not written: %s", group[0].node, exc)
+            refusal = Refusal(503, "store_down", f"store: {exc}", self.retry_after)
+            for job in group:
+                job.done.set_exception(refusal)
+        except Exception as exc:  # a bug must not kill a writer and hang its callers
+            log.exception("writing %d batches (%s) failed", len(group), _nodes(group))
+            for job in group:
                 job.done.set_exception(exc)
-            else:
-                self.metrics.write_seconds.observe(time.monotonic() - started)
+        else:
+            self.metrics.write_seconds.observe(time.monotonic() - started)
+            self.metrics.group_batches.observe(len(group))
+            self.metrics.rows_written.inc(rows)
+            for job in group:
                 job.done.set_result(None)
+
+    def _store_answers(self) -> bool:
+        try:
+            self.store.ping()
+        except SlurmGpuError:
+            return False
+        return True
+
+
+def _nodes(group: Sequence[_Job]) -> str:
+    return ", ".join(sorted({job.node for job in group}))

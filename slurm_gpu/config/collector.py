@@ -44,8 +44,17 @@ class CollectorSettings:
     pool_size: int = field(
         default=8,
         metadata=doc(
-            "Batches written at once, each on its own store connection: the store sees at"
-            " most this many connections from the collector, whatever the number of nodes.",
+            "Store connections the collector holds, each writing one group of batches at a"
+            " time: the store sees at most this many connections from the collector,"
+            " whatever the number of nodes.",
+            above=0,
+        ),
+    )
+    group_max_batches: int = field(
+        default=32,
+        metadata=doc(
+            "Most batches a writer takes off the queue and commits in one transaction"
+            " (group commit); each agent is answered once its group is committed.",
             above=0,
         ),
     )

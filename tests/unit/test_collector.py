@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,10 @@ from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
 from slurm_gpu.munge import EMUNGE_CRED_EXPIRED, EMUNGE_CRED_REPLAYED, MungeCredential, MungeError
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.outbox import encode, fields_of
-from slurm_gpu.node.shipper import RetryLater, Shipper
+from slurm_gpu.node.shipper import DecodedBatch, RetryLater, Shipper, write_batch
 from slurm_gpu.node.spool import OutboxRow, Spool
 from slurm_gpu.slurm.scontrol import GpuNode
+from slurm_gpu.store import Store
 from slurm_gpu.testing import FakeSlurmClient
 
 NOW = 1_800_000_000.0
@@ -79,7 +81,11 @@ class FakeMunge:
 
 
 class RecordingStore:
-    """The store's write methods, recorded; `down` makes them fail; `gate` holds them."""
+    """The store's write methods, recorded; `down` makes them fail; `gate` holds them.
+
+    `write_batches` refuses a whole group holding an interval that starts at one of
+    `bad` (one batch's bad data), and records the nodes of every group it commits.
+    """
 
     def __init__(self) -> None:
         self.down = False
@@ -87,11 +93,29 @@ class RecordingStore:
         self.gate.set()
         self.intervals: list[GpuInterval] = []
         self.events: list[JobEvent] = []
+        self.bad: set[float] = set()
+        self.groups: list[list[float]] = []
+        self.attempts = 0
 
     def _enter(self) -> None:
         self.gate.wait(10)
         if self.down:
             raise StoreError("store down: connection refused")
+
+    def ping(self) -> None:
+        if self.down:
+            raise StoreError("store down: connection refused")
+
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        self.attempts += 1
+        self._enter()
+        starts = [r.period_start for _, batch in batches for r in batch.intervals]
+        if self.bad.intersection(starts):
+            raise StoreError("value out of range for column period_start")
+        self.groups.append(starts)
+        for node, batch in batches:
+            write_batch(self, node, batch)
+        return len(starts)
 
     def add_events(self, events: Sequence[JobEvent]) -> int:
         self._enter()
@@ -123,6 +147,10 @@ class RecordingStore:
 
     def forget_activity(self, job_ids: Sequence[int]) -> None:
         self._enter()
+
+    def add_heartbeats(self, rows: Sequence[object]) -> int:
+        self._enter()
+        return len(rows)
 
 
 def interval(node: str, start: float) -> GpuInterval:
@@ -492,3 +520,109 @@ def test_collector_mode_needs_a_collector_url(tmp_path: Path) -> None:
     assert [
         f'{file}: node: ship_to = "collector" needs collector_url (e.g. "http://head:6830")'
     ] == caught.value.problems
+
+
+# ---------------------------------------------------------------------------- group commit
+
+
+def batch_at(*starts: float) -> DecodedBatch:
+    return DecodedBatch(intervals=[interval("gpu1", s) for s in starts])
+
+
+def grouped_writes(writer: BatchWriter, *batches: DecodedBatch) -> dict[float, str]:
+    """Each batch by a caller of its own, all queued (in this order) before any writer runs.
+
+    Returns {the batch's first interval start: "ok", or the refusal's status and reason},
+    each caller's own answer.
+    """
+    answers: dict[float, str] = {}
+
+    def write(batch: DecodedBatch) -> None:
+        start = batch.intervals[0].period_start
+        try:
+            writer.write("gpu1", batch)
+            answers[start] = "ok"
+        except Refusal as refusal:
+            answers[start] = f"{refusal.status} {refusal.reason}"
+
+    threads: list[threading.Thread] = []
+    deadline = time.monotonic() + 5
+    for batch in batches:
+        threads.append(threading.Thread(target=write, args=(batch,)))
+        threads[-1].start()
+        while writer.depth() != len(threads) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    unanswered = [t.is_alive() for t in threads]
+    writer.start()
+    for thread in threads:
+        thread.join(10)
+    writer.stop()
+    assert [True] * len(batches) == unanswered  # nobody is answered before a commit
+    return answers
+
+
+def test_group_commit_answers_every_caller_after_one_commit(store: RecordingStore) -> None:
+    """Batches waiting in the queue are committed together; each caller gets its 200."""
+    metrics = CollectorMetrics()
+    writer = BatchWriter(store, metrics, pool_size=1, queue_depth=8, group_max_batches=8)
+    answers = grouped_writes(writer, *map(batch_at, (0.0, 60.0, 120.0, 180.0)))
+    assert ({0.0: "ok", 60.0: "ok", 120.0: "ok", 180.0: "ok"}, [[0.0, 60.0, 120.0, 180.0]]) == (
+        answers, store.groups,
+    )  # fmt: skip
+    text = metrics.text().decode()
+    assert "slurm_gpu_collector_rows_written_total 4.0" in text
+    assert "slurm_gpu_collector_group_batches_count 1.0" in text
+    assert "slurm_gpu_collector_group_batches_sum 4.0" in text
+
+
+def test_group_is_cut_at_group_max_batches(store: RecordingStore) -> None:
+    """No transaction holds more than [collector] group_max_batches batches."""
+    writer = BatchWriter(store, CollectorMetrics(), pool_size=1, group_max_batches=3)
+    answers = grouped_writes(writer, *map(batch_at, (0.0, 60.0, 120.0, 180.0)))
+    assert (4, [[0.0, 60.0, 120.0], [180.0]]) == (
+        list(answers.values()).count("ok"), store.groups,
+    )  # fmt: skip
+
+
+def test_one_bad_batch_does_not_refuse_the_others(
+    store: RecordingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The group fails on one batch's data, the store answers: the others are written."""
+    store.bad = {120.0}
+    writer = BatchWriter(store, CollectorMetrics(), pool_size=1, queue_depth=8)
+    with caplog.at_level(logging.ERROR):
+        answers = grouped_writes(writer, *map(batch_at, (0.0, 60.0, 120.0, 180.0)))
+    assert {0.0: "ok", 60.0: "ok", 120.0: "503 store_down", 180.0: "ok"} == answers
+    assert ([[0.0], [60.0], [180.0]], [0.0, 60.0, 180.0]) == (
+        store.groups, [r.period_start for r in store.intervals],
+    )  # fmt: skip
+    assert ["the batch of gpu1 was not written: value out of range for column period_start"] == [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
+    ]
+
+
+def test_store_down_refuses_every_batch_of_the_group(store: RecordingStore) -> None:
+    """The store is down: every caller of the group gets 503 store_down, no batch alone."""
+    store.down = True
+    writer = BatchWriter(store, CollectorMetrics(), pool_size=1, queue_depth=8)
+    answers = grouped_writes(writer, *map(batch_at, (0.0, 60.0, 120.0)))
+    assert {0.0: "503 store_down", 60.0: "503 store_down", 120.0: "503 store_down"} == answers
+    assert (1, []) == (store.attempts, store.groups)
+
+
+def test_bad_batch_in_a_group_leaves_nothing_of_it_in_a_real_store(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SQLite: a batch breaking NOT NULL fails its group; the others land, none of it."""
+    real = Store(f"sqlite:///{tmp_path / 'store.db'}", cluster="alpha")
+    real.upgrade()
+    broken = replace(interval("gpu1", 90.0), util_sample_count=None)  # type: ignore[arg-type]
+    writer = BatchWriter(real, CollectorMetrics(), pool_size=1)
+    bad = DecodedBatch(intervals=[interval("gpu1", 60.0), broken])  # neither may land
+    with caplog.at_level(logging.ERROR):
+        answers = grouped_writes(writer, batch_at(0.0), bad, batch_at(120.0))
+    stored = [r.period_start for r in real.intervals()]
+    real.dispose()
+    assert ({0.0: "ok", 60.0: "503 store_down", 120.0: "ok"}, [0.0, 120.0]) == (answers, stored)
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "NOT NULL constraint failed: gpu_intervals.util_sample_count" in logged
