@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import sqlalchemy as sa
 
 from slurm_gpu.access import Scope
 from slurm_gpu.config.reports import CostSettings
@@ -37,12 +38,28 @@ from slurm_gpu.reports.pricing import add_cost, slot_price_for
 from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
 from slurm_gpu.store import Store, queries, usage_rollup
-from slurm_gpu.store.schema import GPM_METRICS, USAGE_COUNTS, USAGE_PLACE, USAGE_SUMS
+from slurm_gpu.store.schema import (
+    GPM_METRICS,
+    MEMBER_WEIGHTS,
+    USAGE_COUNTS,
+    USAGE_PLACE,
+    USAGE_SUMS,
+    WAIT_BUCKETS,
+    WAIT_HISTOGRAM,
+    WAIT_HISTOGRAMS,
+    WAIT_SUMS,
+    job_usage,
+    usage_daily,
+)
 
 DAY = usage_rollup.DAY
 FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
 NO_FILTER = JobFilter()
 MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
+MEMBER_FIGURES = (*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)
+# The `usage_daily` count weight that counts a job once in a group of this report
+# (schema.py MEMBER_WEIGHTS); groups by owner, the cluster and the totals: "jobs".
+WEIGHT_OF = {"node": "node_jobs", "gpu_model": "model_jobs", "slot": "slot_jobs"}
 
 
 def usable(filters: JobFilter) -> bool:
@@ -72,33 +89,17 @@ def build_report_from_rollups(
 
     Arguments as `load_usage` and `build_report` take them; `filters` only -u/-A/-r.
     """
-    first = math.ceil(since / DAY) * DAY
-    last = math.floor(until / DAY) * DAY
-    parts: list[pd.DataFrame] = []
-    if first < last:
-        parts.append(store_daily(store, first, last))
-        edges = [(since, first), (last, until)]
-    else:
-        edges = [(since, until)]
-    cells = job_usage_frame(store, since, until)
-    for a, b in edges:
-        if b > a or (b == a == until):
-            parts.append(_edge(cells, a, b, closed=b == until))
-    sums = pd.concat([p for p in parts if len(p)], ignore_index=True) if parts else None
-    if sums is None or sums.empty:
-        sums = pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
-    sums = _priced(_models_filled(sums, store), cost)
-    members = _members(_models_filled(cells, store), since, until)
-    raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
-    sums = _visible(pd.concat([sums, raw_sums], ignore_index=True), scope, filters)
-    members = _visible(pd.concat([members, raw_members], ignore_index=True), scope, filters)
+    weight = WEIGHT_OF.get(group, "jobs")
+    sums, members = period_usage(
+        store, since, until, now, scope, filters, cost, lag, by_node=group == "node"
+    )
     sums = sums.assign(cluster=cluster or "cluster")
     members = members.assign(cluster=cluster or "cluster")
     if group == "slot":
         sums = sums.assign(slot=_slot_labels(sums))
         members = members.assign(slot=_slot_labels(members))
     held_cost = cost is not None and cost.charge == "effective"
-    groups = [{"key": key, **f} for key, f in _grouped(sums, members, group, held_cost)]
+    groups = [{"key": key, **f} for key, f in _grouped(sums, members, group, held_cost, weight)]
     if group == "node":
         seen = {g["key"] for g in groups}
         empty = _figures(sums.iloc[0:0], members.iloc[0:0], held_cost)
@@ -123,28 +124,136 @@ def build_report_from_rollups(
         groups = groups[:top]
     waste = [
         {"key": key, **f}
-        for key, f in _grouped(sums, members, "user", held_cost)
+        for key, f in _grouped(sums, members, "user", held_cost, "jobs")
         if (f["idle_gpu_hours"] or 0.0) > 0
     ]
     waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
     return Report(group, groups, total, waste[:waste_top])
 
 
+def period_usage(
+    store: Store,
+    since: float,
+    until: float,
+    now: float,
+    scope: Scope,
+    filters: JobFilter = NO_FILTER,
+    cost: CostSettings | None = None,
+    lag: float | None = None,
+    *,
+    by_node: bool = False,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sums, members) of the period that `scope` may see and -u/-A/-r select.
+
+    sums: rows of owner, place and FIGURE_SUMS plus the counted jobs (MEMBER_FIGURES), from
+    `usage_daily` summed in the database per owner and place (per node only `by_node`,
+    else the node is blank but where the GPU model is blank), the cut days' `job_usage`
+    rows and the unfolded jobs' raw rows. members: the jobs not counted in `usage_daily`
+    (those whose last day with usage is not a whole day of the period), one row per job
+    row: job id, owner, place, queue wait.
+    """
+    first = math.ceil(since / DAY) * DAY
+    last = math.floor(until / DAY) * DAY
+    whole = first < last
+    parts: list[pd.DataFrame] = []
+    if whole:
+        parts.append(daily_sums(store, first, last, by_node=by_node))
+        edges = [(since, first), (last, until)]
+    else:
+        edges = [(since, until)]
+    cells = _models_filled(
+        boundary_cells(store, since, until, first if whole else None, last), store
+    )
+    for a, b in edges:
+        if b > a or (b == a == until):
+            edge = _edge(cells, a, b, closed=b == until)
+            parts.append(edge.drop(columns=list(MEMBER_WEIGHTS)))
+    parts = [p for p in parts if len(p)]
+    sums = pd.concat(parts, ignore_index=True) if parts else _empty_sums()
+    sums = _priced(_models_filled(sums, store), cost)
+    members = _members(cells, since, until, (first, last) if whole else None)
+    raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
+    sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
+    counts = {
+        name: pd.to_numeric(sums[name], errors="coerce").fillna(0.0).to_numpy(dtype=float)
+        if name in sums
+        else np.zeros(len(sums))
+        for name in MEMBER_FIGURES
+    }
+    sums = pd.concat(
+        [
+            sums.drop(columns=[n for n in MEMBER_FIGURES if n in sums]),
+            pd.DataFrame(counts, index=sums.index),
+        ],
+        axis=1,
+    )
+    if len(raw_members):
+        members = pd.concat([members, raw_members], ignore_index=True)
+    return _visible(sums, scope, filters), _visible(members, scope, filters)
+
+
+def _empty_sums() -> pd.DataFrame:
+    return pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
+
+
 def has_slot_rows(store: Store, since: float, until: float) -> bool:
     """Whether any job of the period held a MIG slice or a share (PhysGPUHours shown)."""
-    cells = job_usage_frame(store, since, until)
-    return bool(len(cells) and (cells["slot_kind"].astype(str) != "gpu").any())
+    u = job_usage.c
+    query = (
+        sa.select(u.job_id)
+        .where(
+            u.cluster == store.cluster,
+            u.end_time >= since,
+            u.start_time <= until,
+            u.slot_kind != "gpu",
+        )
+        .limit(1)
+    )
+    with store.reading("reading whether the period held GPU slots") as conn:
+        return conn.execute(query).first() is not None
 
 
-def store_daily(store: Store, first: float, last: float) -> pd.DataFrame:
-    """The `usage_daily` rows of the days in [first, last) of the store's cluster."""
-    rows = queries.usage_daily_rows(store, first, last)
-    return pd.DataFrame(rows, columns=queries.USAGE_DAILY_COLUMNS)
+def daily_sums(store: Store, first: float, last: float, *, by_node: bool) -> pd.DataFrame:
+    """`usage_daily` of the days in [first, last), summed by the database per owner and place.
+
+    Without `by_node`, rows of a known GPU model are summed over nodes (the node blank).
+    """
+    d = usage_daily.c
+    node = (
+        d.node
+        if by_node
+        else sa.case((d.gpu_model == "", d.node), else_=sa.literal("")).label("node")
+    )
+    dims = [d.user, d.account, d.partition, node, d.gpu_model, d.slot_kind, d.mig_profile, d.share]
+    figures = (*USAGE_SUMS, *USAGE_COUNTS, *MEMBER_FIGURES)
+    query = (
+        sa.select(*dims, *(sa.func.sum(d[n]).label(n) for n in figures))
+        .where(d.cluster == store.cluster, d.day >= first, d.day < last)
+        .group_by(*dims)
+    )
+    with store.reading("reading daily usage rollups") as conn:
+        rows = [tuple(r) for r in conn.execute(query)]
+    names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
+    return pd.DataFrame(rows, columns=names)
 
 
-def job_usage_frame(store: Store, since: float, until: float) -> pd.DataFrame:
-    """The `job_usage` rows of jobs overlapping [since, until]."""
-    rows = queries.job_usage_rows(store, since, until)
+def boundary_cells(
+    store: Store, since: float, until: float, first: float | None, last: float
+) -> pd.DataFrame:
+    """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
+
+    `first` None: every job of the period; else those with a part outside the whole days
+    [first, last): started before `first` or ending at or after `last` (the jobs that
+    run across the period's ends, and those of its cut days).
+    """
+    u = job_usage.c
+    query = sa.select(*(u[n] for n in queries.JOB_USAGE_COLUMNS)).where(
+        u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
+    )
+    if first is not None:
+        query = query.where(sa.or_(u.start_time < first, u.end_time >= last))
+    with store.reading("reading job usage rollups") as conn:
+        rows = [tuple(r) for r in conn.execute(query)]
     return pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
 
 
@@ -189,12 +298,26 @@ def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFr
     return part
 
 
-def _members(cells: pd.DataFrame, since: float, until: float) -> pd.DataFrame:
-    """Who had usage inside [since, until]: (job, owner, place, queue wait) per row."""
+def _members(
+    cells: pd.DataFrame, since: float, until: float, whole: tuple[float, float] | None
+) -> pd.DataFrame:
+    """The jobs of `cells` with usage inside [since, until] not counted by `usage_daily`.
+
+    `whole`: the period's whole days [first, last), where `usage_daily` counts each job
+    on the last day it has usage in (None: no whole day, every job is counted here).
+    """
     if not len(cells):
         return pd.DataFrame(columns=MEMBER_COLUMNS)
     fraction = _fractions(cells["start_time"], cells["end_time"], since, until, until)
-    part = cells[fraction > 0]
+    keep = fraction > 0
+    if whole is not None:
+        start = cells["start_time"].to_numpy(dtype=float)
+        end = cells["end_time"].to_numpy(dtype=float)
+        final = np.where(
+            end - start > 0, np.ceil(end / DAY) * DAY - DAY, np.floor(start / DAY) * DAY
+        )
+        keep &= ~((final >= whole[0]) & (final < whole[1]))
+    part = cells[keep]
     wait = part["start_time"].to_numpy(dtype=float) - pd.to_numeric(part["submit_time"]).to_numpy(
         dtype=float, na_value=np.nan
     )
@@ -304,65 +427,109 @@ def _slot_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def _grouped(
-    sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool
+    sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool, weight: str
 ) -> list[tuple[Any, dict[str, Any]]]:
-    """`(value, figures)` per distinct value of `key`, in sorted order (vectorized)."""
+    """`(value, figures)` per distinct value of `key`, in sorted order (vectorized).
+
+    `weight`: the count weight of this grouping (WEIGHT_OF).
+    """
     if not len(sums) and not len(members):
         return []
-    summed = (
-        sums.assign(_key=sums[key].astype(str))
-        .groupby("_key", sort=True)[list(FIGURE_SUMS)]
-        .sum(min_count=0)
-    )
-    counted = _counted(members.assign(_key=members[key].astype(str)))
-    keys = sorted(set(summed.index) | set(counted))
-    zeros: dict[str, Any] = dict.fromkeys(FIGURE_SUMS, 0.0)
-    rows: dict[Any, dict[str, Any]] = {
+    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds", *WAIT_HISTOGRAMS[weight]]
+    keyed = sums.assign(_key=sums[key].astype(str))
+    summed = keyed.groupby("_key", sort=True)[[*FIGURE_SUMS, *counted_names]].sum(min_count=0)
+    users = keyed.drop_duplicates(["_key", "user"]).groupby("_key", sort=False).size()
+    exact = _exact(members.assign(_key=members[key].astype(str)))
+    keys = sorted(set(summed.index) | set(exact))
+    rows: dict[str, dict[str, Any]] = {
         str(k): {str(n): v for n, v in r.items()} for k, r in summed.to_dict("index").items()
     }
-    return [(k, _from_totals(rows.get(k, zeros), counted.get(k, _NOBODY), held_cost)) for k in keys]
+    out = []
+    for k in keys:
+        row = rows.get(k) or dict.fromkeys([*FIGURE_SUMS, *counted_names], 0.0)
+        counted = _count_of(row, weight, exact.get(k), int(users.get(k, 0)))
+        out.append((k, _from_totals(row, counted, held_cost)))
+    return out
 
 
 _NOBODY: tuple[int, int, float | None, float | None] = (0, 0, None, None)
 
 
-def _counted(members: pd.DataFrame) -> dict[str, tuple[int, int, float | None, float | None]]:
-    """{group: (jobs, users, queue wait mean, p95)}: each job and user counted once.
-
-    The 95th percentile interpolates linearly between the sorted waits, as numpy's does.
-    """
+def _exact(members: pd.DataFrame) -> dict[str, tuple[int, np.ndarray]]:
+    """{group: (jobs, their known queue waits)} of the jobs counted one by one."""
     if not len(members):
         return {}
     jobs = members.drop_duplicates(["_key", "job_id"])
-    users = members.drop_duplicates(["_key", "user"]).groupby("_key", sort=False).size()
-    counts = jobs.groupby("_key", sort=False).size()
-    waits = pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
-    known = ~np.isnan(waits)
-    keys = jobs["_key"].to_numpy(dtype=object)[known]
-    codes, names = pd.factorize(keys, sort=True)
-    values = waits[known]
-    order = np.lexsort((values, codes))
-    codes, values = codes[order], values[order]
-    n = np.bincount(codes, minlength=len(names))
-    starts = np.cumsum(n) - n
-    sums = np.bincount(codes, weights=values, minlength=len(names))
-    h = (n - 1) * 0.95
-    low = np.floor(h).astype(np.int64)
-    high = np.minimum(low + 1, n - 1)
-    a, b = values[starts + low], values[starts + high]
-    p95 = a + (h - low) * (b - a)
-    stats = {str(k): (float(sums[c] / n[c]), float(p95[c])) for c, k in enumerate(names)}
-    return {
-        str(k): (int(count), int(users.get(k, 0)), *stats.get(str(k), (None, None)))
-        for k, count in counts.items()
-    }
+    out = {}
+    for k, part in jobs.groupby("_key", sort=False):
+        waits = pd.to_numeric(part["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
+        out[str(k)] = (len(part), waits[~np.isnan(waits)])
+    return out
+
+
+def _count_of(
+    row: dict[str, Any], weight: str, exact: tuple[int, np.ndarray] | None, users: int
+) -> tuple[int, int, float | None, float | None]:
+    """(jobs, users, queue wait mean, p95) of a group: its folded counts plus `exact`.
+
+    The folded jobs' waits are known by their histogram only (WAIT_HISTOGRAMS): where
+    there are any, the 95th percentile is read from the buckets (within one bucket of
+    numpy's); with none, it is numpy's of the exact waits.
+    """
+    n_exact, waits = exact if exact is not None else (0, np.zeros(0))
+    jobs = round(float(row[weight])) + n_exact
+    waited = float(row[f"{weight}_waited"]) + len(waits)
+    if waited <= 0.5:
+        return jobs, users, None, None
+    mean = (float(row[f"{weight}_wait_seconds"]) + float(waits.sum())) / waited
+    folded = np.rint(np.array([float(row[c]) for c in WAIT_HISTOGRAMS[weight]]))
+    if folded.sum() <= 0:
+        return jobs, users, mean, float(np.percentile(waits, 95.0))
+    counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
+    return jobs, users, mean, histogram_percentile(counts, 95.0)
+
+
+def wait_buckets(waits: np.ndarray) -> np.ndarray:
+    """`usage_rollup.wait_bucket` of every wait."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bucket = np.floor(np.log2(np.maximum(waits, 1.0))).astype(np.int64) + 1
+    return np.where(waits < 1.0, 0, np.minimum(bucket, WAIT_BUCKETS - 1))
+
+
+def histogram_percentile(counts: np.ndarray, q: float) -> float:
+    """numpy's (linear) percentile `q` of values known by their bucket counts only.
+
+    The value of each rank is placed evenly inside its bucket (the last bucket, with no
+    upper bound: its lower bound), then interpolated between ranks as numpy does.
+    """
+    total = int(counts.sum())
+    cumulative = np.cumsum(counts)
+
+    def value(rank: int) -> float:
+        bucket = int(np.searchsorted(cumulative, rank, side="right"))
+        low, high = usage_rollup.bucket_bounds(bucket)
+        if math.isinf(high):
+            return low
+        before = float(cumulative[bucket] - counts[bucket])
+        return low + (rank - before + 0.5) / float(counts[bucket]) * (high - low)
+
+    h = (total - 1) * q / 100.0
+    lo = math.floor(h)
+    a, b = value(lo), value(min(lo + 1, total - 1))
+    return float(a + (h - lo) * (b - a))
 
 
 def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
     """The figures of every row together (the totals row)."""
-    totals = {n: float(pd.to_numeric(sums[n]).sum()) if len(sums) else 0.0 for n in FIGURE_SUMS}
-    counted = _counted(members.assign(_key="")) if len(members) else {}
-    return _from_totals(totals, counted.get("", _NOBODY), held_cost)
+    weight = "jobs"
+    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds", *WAIT_HISTOGRAMS[weight]]
+    totals = {
+        n: float(pd.to_numeric(sums[n]).sum()) if len(sums) and n in sums else 0.0
+        for n in (*FIGURE_SUMS, *counted_names)
+    }
+    exact = _exact(members.assign(_key="")) if len(members) else {}
+    users = int(sums["user"].nunique()) if len(sums) else 0
+    return _from_totals(totals, _count_of(totals, weight, exact.get(""), users), held_cost)
 
 
 def _from_totals(

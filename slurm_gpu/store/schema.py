@@ -432,6 +432,25 @@ USAGE_SUMS = (
     "job_hour_unused_seconds",
 )
 USAGE_COUNTS = ("energy_rows", "summary_rows")
+# Who is counted (not prorated): a job counts on the last UTC day it has usage in, split
+# over its rows so that a group holding all its rows counts it once: `jobs` 1/(its rows),
+# for groups by owner; `node_jobs`, `model_jobs`, `slot_jobs` 1/(its rows on that node,
+# of that GPU model, in that slot group), for `report node`, `gpu-models`, `slots`.
+MEMBER_WEIGHTS = ("jobs", "node_jobs", "model_jobs", "slot_jobs")
+# Queue wait (Start - Submit) of the jobs counted, per weight: the weight of the jobs
+# whose wait is known, and their waits x weight (the mean is exact) ...
+WAIT_SUMS = (
+    *(f"{w}_waited" for w in MEMBER_WEIGHTS),
+    *(f"{w}_wait_seconds" for w in MEMBER_WEIGHTS),
+)
+# ... and the known waits' histogram per weight in log2 buckets (the 95th percentile is
+# read from it): bucket 0 below 1 s, bucket i in [2^(i-1), 2^i) s, the last one from
+# 2^(WAIT_BUCKETS-2) s (97 days) on.
+WAIT_BUCKETS = 26
+WAIT_HISTOGRAMS = {
+    w: tuple(f"{w}_wait_h{i:02d}" for i in range(WAIT_BUCKETS)) for w in MEMBER_WEIGHTS
+}
+WAIT_HISTOGRAM = tuple(c for w in MEMBER_WEIGHTS for c in WAIT_HISTOGRAMS[w])
 # Where the usage was (a job's summaries on one node of one model and slot shape).
 USAGE_PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
 
@@ -441,6 +460,10 @@ def _usage_columns() -> list[sa.Column[Any]]:
         *(sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in USAGE_SUMS),
         *(sa.Column(n, sa.BigInteger(), nullable=False, server_default="0") for n in USAGE_COUNTS),
     ]
+
+
+def _member_columns(names: tuple[str, ...]) -> list[sa.Column[Any]]:
+    return [sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in names]
 
 
 def _place_columns() -> list[sa.Column[Any]]:
@@ -469,6 +492,7 @@ job_usage = sa.Table(
     _time("start_time"),
     _time("end_time"),
     *_usage_columns(),
+    *_member_columns(MEMBER_WEIGHTS),
     sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *USAGE_PLACE),
 )
 sa.Index(None, job_usage.c.end_time)
@@ -488,6 +512,7 @@ usage_daily = sa.Table(
     sa.Column("partition", sa.String(NAME), nullable=False),
     *_place_columns(),
     *_usage_columns(),
+    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
     sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
 )
 

@@ -33,9 +33,14 @@ import sqlalchemy as sa
 
 from slurm_gpu.store.schema import (
     GPM_METRICS,
+    MEMBER_WEIGHTS,
     USAGE_COUNTS,
     USAGE_PLACE,
     USAGE_SUMS,
+    WAIT_BUCKETS,
+    WAIT_HISTOGRAM,
+    WAIT_HISTOGRAMS,
+    WAIT_SUMS,
     job_gpu_summaries,
     job_usage,
     jobs,
@@ -48,6 +53,8 @@ OWNER = ("user", "account", "partition")
 JOB_KEY = ("cluster", "job_id", "restart", *USAGE_PLACE)
 DAILY_KEY = ("cluster", "day", *OWNER, *USAGE_PLACE)
 FIGURES = (*USAGE_SUMS, *USAGE_COUNTS)
+MEMBERS = (*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)
+_NO_MEMBERS = dict.fromkeys(MEMBERS, 0.0)
 
 
 def day_of(t: float) -> float:
@@ -193,8 +200,63 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
                         "end_time": end,
                     }
                 _add(cell, row_sums(row, per_row))
+            _weigh(list(cells.values()))
             out.extend(cells.values())
     return out
+
+
+def _weigh(cells: list[dict[str, Any]]) -> None:
+    """One job's `MEMBER_WEIGHTS`: 1 / its rows (overall, on a node, of a model, a slot).
+
+    Summed over a group that holds all of the job's rows of that kind, the job counts once.
+    The rows of a blank GPU model (the report fills it from the node's one model) are one
+    model: a job whose blank rows are on nodes of two models counts half in each.
+    """
+    kinds: dict[str, tuple[str, ...]] = {
+        "jobs": (),
+        "node_jobs": ("node",),
+        "model_jobs": ("gpu_model",),
+        "slot_jobs": ("gpu_model", "slot_kind", "mig_profile"),
+    }
+    for name, columns in kinds.items():
+        counts: dict[tuple[Any, ...], int] = defaultdict(int)
+        for cell in cells:
+            counts[tuple(cell[c] for c in columns)] += 1
+        for cell in cells:
+            cell[name] = 1.0 / counts[tuple(cell[c] for c in columns)]
+
+
+def wait_bucket(wait: float) -> int:
+    """The `WAIT_HISTOGRAM` bucket of a queue wait in seconds (log2; below 1 s: 0)."""
+    if wait < 1.0:
+        return 0
+    return min(math.floor(math.log2(wait)) + 1, WAIT_BUCKETS - 1)
+
+
+def bucket_bounds(bucket: int) -> tuple[float, float]:
+    """[low, high) seconds of a `WAIT_HISTOGRAM` bucket (the last one: high = inf)."""
+    if bucket == 0:
+        return 0.0, 1.0
+    return 2.0 ** (bucket - 1), (math.inf if bucket == WAIT_BUCKETS - 1 else 2.0**bucket)
+
+
+def last_day(start: float, end: float) -> float:
+    """The last UTC day with a part of [start, end] (an instant: the day it is in)."""
+    return day_fractions(start, end)[-1][0]
+
+
+def _count(row: dict[str, Any], cell: Mapping[str, Any]) -> None:
+    """Counts the job of `cell` in `row` (its last day's), with its queue wait."""
+    submit = cell.get("submit_time")
+    wait = float(cell["start_time"]) - _num(submit) if _known(submit) else None
+    for name in MEMBER_WEIGHTS:
+        weight = float(cell.get(name) or 0.0)
+        row[name] = row.get(name, 0.0) + weight
+        if wait is not None:
+            row[f"{name}_waited"] = row.get(f"{name}_waited", 0.0) + weight
+            row[f"{name}_wait_seconds"] = row.get(f"{name}_wait_seconds", 0.0) + weight * wait
+            bucket = WAIT_HISTOGRAMS[name][wait_bucket(wait)]
+            row[bucket] = row.get(bucket, 0.0) + weight
 
 
 def daily_of(
@@ -203,14 +265,17 @@ def daily_of(
     """`usage_daily` rows of `job_usage` rows (only `days`, when given)."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for cell in cells:
-        for day, fraction in day_fractions(cell["start_time"], cell["end_time"]):
+        fractions = day_fractions(cell["start_time"], cell["end_time"])
+        for day, fraction in fractions:
             if days is not None and day not in days:
                 continue
             key = (cell["cluster"], day, *(cell[n] for n in OWNER), *(cell[n] for n in USAGE_PLACE))
             row = out.get(key)
             if row is None:
-                row = out[key] = dict(zip(DAILY_KEY, key, strict=True))
+                row = out[key] = {**dict(zip(DAILY_KEY, key, strict=True)), **_NO_MEMBERS}
             _add(row, cell, fraction)
+            if day == fractions[-1][0]:
+                _count(row, cell)
     return list(out.values())
 
 

@@ -30,6 +30,7 @@ from slurm_gpu.reports.summary import GROUP_KEYS, Report, build_report
 from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import job_usage, usage_daily
+from slurm_gpu.store.usage_rollup import wait_bucket
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -333,8 +334,20 @@ def _same(a: Any, b: Any) -> bool:
     return bool(a == pytest.approx(b, rel=1e-9, abs=1e-9))
 
 
+def _same_bucket(exact: Any, folded: Any) -> bool:
+    """The 95th percentile of waits from histogram buckets is within one bucket of numpy's."""
+    if exact is None or folded is None:
+        return exact is None and folded is None
+    return abs(wait_bucket(float(exact)) - wait_bucket(float(folded))) <= 1
+
+
 def assert_same_report(expected: Report, actual: Report) -> None:
-    names = [*FIGURE_KEYS, "physical_gpu_hours", "share_percent", "busy"]
+    names = [n for n in (*FIGURE_KEYS, "physical_gpu_hours", "share_percent", "busy")]
+    names.remove("queue_wait_p95")
+    pairs = zip([*expected.rows, expected.total], [*actual.rows, actual.total], strict=True)
+    for exact, folded in pairs:
+        p95 = (exact["queue_wait_p95"], folded["queue_wait_p95"])
+        assert _same_bucket(*p95), (exact["key"], p95)
 
     def table(report: Report) -> list[tuple[Any, ...]]:
         rows = [*report.rows, report.total]
@@ -421,7 +434,7 @@ def test_upgrade_from_0009_builds_the_rollups(store: Store) -> None:
     ingested = _tables(store)
     store.upgrade("0009")
     store.upgrade()
-    assert store.current_revision() == "0010"
+    assert (store.current_revision() or "") >= "0010"
     _approx_tables(ingested, _tables(store))
     since, until = WINDOWS["cut days"]
     assert_same_report(

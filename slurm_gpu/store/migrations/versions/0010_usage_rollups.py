@@ -2,9 +2,10 @@
 
 `job_usage`: one row per job, run and place (node, GPU model, slot kind, MIG profile,
 share), the job's summaries there summed as the reports sum them, with the job's owner
-and times. `usage_daily`: per UTC day, owner and place, those sums prorated by the part
-of each job inside the day. `slurm-gpu report` reads them for whole days instead of the
-raw summaries (slurm_gpu/store/usage_rollup.py).
+and times, and its count weights. `usage_daily`: per UTC day, owner and place, those sums
+prorated by the part of each job inside the day, and the jobs counted on their last day
+with their queue waits (weights, sums and a log2 histogram). `slurm-gpu report` reads
+them for whole days instead of the raw summaries (slurm_gpu/store/usage_rollup.py).
 
 The upgrade builds both from the rows already stored (`usage_rollup.rebuild`: every
 finished job with summaries), in the upgrade's transaction; `slurm-gpu db
@@ -47,6 +48,11 @@ SUMS = (
 )
 COUNTS = ("energy_rows", "summary_rows")
 PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
+# Who is counted, on the last day a job has usage in (schema.py MEMBER_WEIGHTS, WAIT_SUMS,
+# WAIT_HISTOGRAM): weights per row, the known waits' weights and sums, a log2 histogram.
+WEIGHTS = ("jobs", "node_jobs", "model_jobs", "slot_jobs")
+WAITS = (*(f"{w}_waited" for w in WEIGHTS), *(f"{w}_wait_seconds" for w in WEIGHTS))
+HISTOGRAM = tuple(f"{w}_wait_h{i:02d}" for w in WEIGHTS for i in range(26))
 
 
 def _place() -> list[sa.Column[object]]:
@@ -66,6 +72,10 @@ def _figures() -> list[sa.Column[Any]]:
     ]
 
 
+def _members(names: tuple[str, ...]) -> list[sa.Column[Any]]:
+    return [sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in names]
+
+
 def upgrade() -> None:
     """Apply this revision, and build the rollups of the rows already stored."""
     op.create_table(
@@ -81,6 +91,7 @@ def upgrade() -> None:
         sa.Column("start_time", sa.Double(), nullable=False),
         sa.Column("end_time", sa.Double(), nullable=False),
         *_figures(),
+        *_members(WEIGHTS),
         sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *PLACE, name=op.f("pk_job_usage")),
     )
     op.create_index(op.f("ix_job_usage_end_time"), "job_usage", ["end_time"], unique=False)
@@ -97,6 +108,7 @@ def upgrade() -> None:
         sa.Column("partition", sa.String(length=NAME), nullable=False),
         *_place(),
         *_figures(),
+        *_members((*WEIGHTS, *WAITS, *HISTOGRAM)),
         sa.PrimaryKeyConstraint(
             "cluster", "day", "user", "account", "partition", *PLACE, name=op.f("pk_usage_daily")
         ),
