@@ -80,6 +80,7 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
         sm_active_threshold=float(config.node.sm_active_threshold_percent),
         mig_minors=node_mig_minors(config),
         job_shares=job_shares if slurm is not None else None,
+        activity_refresh=float(config.node.activity_refresh),
     )
 
 

@@ -32,11 +32,13 @@ from slurm_gpu.models import (
     JobEvent,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
 from slurm_gpu.node.outbox import (
     OutboxError,
     decode_activity,
     decode_event,
+    decode_heartbeat,
     decode_interval,
     decode_inventory,
     decode_physical,
@@ -82,6 +84,10 @@ class StoreSink(Protocol):
         """Drops the activity rows of jobs that are summarized."""
         ...
 
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        """Keeps each node's newest heartbeat (never an older one); returns nodes written."""
+        ...
+
 
 @runtime_checkable
 class BatchSink(Protocol):
@@ -106,7 +112,16 @@ class RetryLater(SlurmGpuError):
 
 # Events first: a job's row exists before its intervals and summaries arrive.
 # Activity before summaries: a finished job's activity is forgotten once it is summarized.
-_ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "physical": 4, "summary": 5}
+# Heartbeats last: one vouches for the activity rows queued before it (store/heartbeats.py).
+_ORDER = {
+    "event": 0,
+    "inventory": 1,
+    "activity": 2,
+    "interval": 3,
+    "physical": 4,
+    "summary": 5,
+    "heartbeat": 6,
+}
 
 
 @dataclass
@@ -121,6 +136,7 @@ class DecodedBatch:
     intervals: list[GpuInterval] = field(default_factory=list)
     physical: list[GpuPhysicalInterval] = field(default_factory=list)
     summaries: list[JobGpuSummary] = field(default_factory=list)
+    heartbeats: list[NodeHeartbeat] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
     def add(self, kind: str, payload: str) -> None:
@@ -137,6 +153,8 @@ class DecodedBatch:
             self.physical.append(decode_physical(payload))
         elif kind == "summary":
             self.summaries.append(decode_summary(payload))
+        elif kind == "heartbeat":
+            self.heartbeats.append(decode_heartbeat(payload))
         else:
             raise OutboxError(f"outbox row of unknown kind {kind!r}")
 
@@ -148,6 +166,10 @@ def sort_rows(rows: list[OutboxRow]) -> None:
 
 def write_batch(store: StoreSink, node: str, batch: DecodedBatch) -> None:
     """Writes a decoded batch of `node`'s rows, in the order the store needs them.
+
+    Each kind is its own store transaction, in this order: events, inventory, activity,
+    intervals, physical totals, summaries (and the summarized jobs' activity forgotten),
+    heartbeats last.
 
     Raises:
         SlurmGpuError: the store's (StoreError); some kinds may be written already, and a
@@ -168,6 +190,10 @@ def write_batch(store: StoreSink, node: str, batch: DecodedBatch) -> None:
     if batch.summaries:
         store.add_summaries(batch.summaries)
         store.forget_activity(sorted({s.job_id for s in batch.summaries}))
+    if batch.heartbeats:
+        # After the activity rows: a heartbeat vouches for the rows its tick left standing,
+        # so it is committed only once they are (and after an ended job's are forgotten).
+        store.add_heartbeats(batch.heartbeats)
 
 
 class Shipper:
