@@ -31,8 +31,9 @@ from slurm_gpu.models import (
     JobEventKind,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
-from slurm_gpu.store import bulk, convert, rollup, usage_rollup
+from slurm_gpu.store import bulk, convert, heartbeats, rollup, usage_rollup
 from slurm_gpu.store.control import ControlStore
 from slurm_gpu.store.deliveries import DeliveryLog
 from slurm_gpu.store.dialect import (
@@ -804,7 +805,11 @@ class Store:
         return len(rows)
 
     def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
-        """Newest activity per job and GPU slot (of `job_ids`, or of every job)."""
+        """Newest activity per job and GPU slot (of `job_ids`, or of every job).
+
+        Each row is carried forward to its node's newest heartbeat where that vouches for
+        its slot (`heartbeats.extended`): the agent ships a row only when it changed.
+        """
         a = gpu_activity.c
         query = sa.select(gpu_activity).where(a.cluster == self.cluster)
         if job_ids is not None:
@@ -813,7 +818,20 @@ class Store:
             query = query.where(a.job_id.in_(list(job_ids)))
         with self.reading("reading GPU activity") as conn:
             ordered = query.order_by(a.job_id, a.node, a.slurm_index, a.slot_id)
-            return [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
+            rows = [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
+            beats = heartbeats.read_heartbeats(conn, self.cluster, {r.node for r in rows})
+        return heartbeats.extended(rows, beats)
+
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        """Keep each node's newest agent heartbeat (`heartbeats.write_heartbeats`).
+
+        `activity()` extends a node's activity rows to it; an older heartbeat (a batch
+        shipped twice, or late) never moves a node's back. Returns the nodes written.
+        """
+        if not rows:
+            return 0
+        with self.writing(f"adding {len(rows)} node heartbeats") as conn:
+            return heartbeats.write_heartbeats(conn, self.cluster, rows)
 
     def forget_activity(self, job_ids: Sequence[int]) -> None:
         """Drop finished jobs' activity rows (their summaries now hold the record)."""
