@@ -311,6 +311,8 @@ class NodeAgent:
                     if self._share_mem:
                         self._share_mem = {k: v for k, v in self._share_mem.items() if k[:2] != run}
                 lost = self._queue_lost(db, now)
+                for key, row in self._ledger.carried():  # slots not read: say when they were
+                    self.spool.queue(db, "activity", key, fields_of(row))
                 # Last of the tick: it ships behind the activity rows it vouches for.
                 heartbeat = self._ledger.heartbeat(now)
                 self.spool.queue(db, "heartbeat", f"heartbeat:{self.node}", fields_of(heartbeat))
@@ -319,7 +321,7 @@ class NodeAgent:
             self._spans = None
             self._ledger.rollback()
             raise
-        self._ledger.commit()
+        self._ledger.commit(heartbeat)
         result.activity = self._ledger.queued
         if lost is not None:
             self._lost_reported = lost  # committed

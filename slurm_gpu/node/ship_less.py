@@ -20,6 +20,11 @@ A row ships when, against what the store would show at this tick without it:
   window whose mean is below the threshold: the store would not know of it);
 - the last row shipped is `refresh` (`[node] activity_refresh`) old or older.
 
+A slot the tick could not read (its GPU lost, a MIG slice or per-process read failing) is
+left out of the heartbeat, so its rows go stale. Its standing rows are shipped once more,
+carried to the last heartbeat that vouched for them, so the store says when the slot was
+last read (not when its row last changed); the slot's next read ships a first row.
+
 What is shipped is remembered only once the tick's transaction commits; a tick rolled
 back ships all of it again next time.
 """
@@ -61,12 +66,15 @@ class ActivityLedger:
         self._shipped: dict[str, GpuActivity] = {}  # outbox key -> the row shipped, committed
         self._tick: dict[str, GpuActivity] = {}  # the same, as this tick leaves it
         self._slots: list[str] = []  # slots read this tick
+        self._ended: set[int] = set()  # jobs with a run summarized this tick
+        self._beat: NodeHeartbeat | None = None  # the newest heartbeat committed
         self.queued = 0  # activity rows queued this tick
 
     def begin(self) -> None:
         """A tick starts: nothing read, nothing queued yet."""
         self._tick = {}
         self._slots = []
+        self._ended = set()
         self.queued = 0
 
     def read(self, slot_id: str) -> None:
@@ -97,18 +105,40 @@ class ActivityLedger:
         next tick ships them again.
         """
         self._tick = {k: v for k, v in self._tick.items() if v.job_id != job_id}
+        self._ended.add(job_id)
 
     def heartbeat(self, tick: float) -> NodeHeartbeat:
         """This tick's heartbeat: read up to `tick`, the slots read."""
         return NodeHeartbeat(self.node, tick, tuple(dict.fromkeys(self._slots)))
 
-    def commit(self) -> None:
-        """The tick's transaction committed: what it queued is shipped.
+    def carried(self) -> list[tuple[str, GpuActivity]]:
+        """The standing rows of slots this tick did not read, carried to their last read.
+
+        (outbox key, row) of each row shipped before whose slot the last heartbeat
+        vouched for and this tick did not read, its job not summarized this tick: the
+        last heartbeat's view of it (`extended`), shipped once so the store keeps it.
+        """
+        beat = self._beat
+        if beat is None:
+            return []
+        vouched, read = set(beat.slots), set(self._slots)
+        out = []
+        for key, row in self._shipped.items():
+            slot = row.effective_slot_id
+            if key in self._tick or row.job_id in self._ended or slot in read:
+                continue
+            if slot in vouched and beat.tick > row.last_reading:
+                out += [(key, view) for view in extended([row], {self.node: beat})]
+        return out
+
+    def commit(self, beat: NodeHeartbeat) -> None:
+        """The tick's transaction committed, with heartbeat `beat`: what it queued is shipped.
 
         Rows not offered this tick (of ended jobs, of slots not read) are forgotten.
         """
         self._shipped = self._tick
         self._tick = {}
+        self._beat = beat
 
     def rollback(self) -> None:
         """The tick's transaction rolled back: nothing of it was queued."""
