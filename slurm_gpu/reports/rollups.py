@@ -45,18 +45,27 @@ from slurm_gpu.store.schema import (
     USAGE_PLACE,
     USAGE_SUMS,
     WAIT_BUCKETS,
-    WAIT_HISTOGRAM,
     WAIT_HISTOGRAMS,
-    WAIT_SUMS,
     job_usage,
     usage_daily,
+    usage_monthly,
 )
 
 DAY = usage_rollup.DAY
 FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
 NO_FILTER = JobFilter()
 MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
-MEMBER_FIGURES = (*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)
+
+
+def counted_figures(weights: Sequence[str]) -> tuple[str, ...]:
+    """The `usage_daily` count columns of these weights (schema.py MEMBER_WEIGHTS)."""
+    return tuple(
+        c
+        for w in dict.fromkeys(weights)
+        for c in (w, f"{w}_waited", f"{w}_wait_seconds", *WAIT_HISTOGRAMS[w])
+    )
+
+
 # The `usage_daily` count weight that counts a job once in a group of this report
 # (schema.py MEMBER_WEIGHTS); groups by owner, the cluster and the totals: "jobs".
 WEIGHT_OF = {"node": "node_jobs", "gpu_model": "model_jobs", "slot": "slot_jobs"}
@@ -91,7 +100,16 @@ def build_report_from_rollups(
     """
     weight = WEIGHT_OF.get(group, "jobs")
     sums, members = period_usage(
-        store, since, until, now, scope, filters, cost, lag, by_node=group == "node"
+        store,
+        since,
+        until,
+        now,
+        scope,
+        filters,
+        cost,
+        lag,
+        by_node=group == "node",
+        weights=("jobs", weight),
     )
     sums = sums.assign(cluster=cluster or "cluster")
     members = members.assign(cluster=cluster or "cluster")
@@ -142,10 +160,12 @@ def period_usage(
     lag: float | None = None,
     *,
     by_node: bool = False,
+    weights: Sequence[str] = ("jobs",),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sums, members) of the period that `scope` may see and -u/-A/-r select.
 
-    sums: rows of owner, place and FIGURE_SUMS plus the counted jobs (MEMBER_FIGURES), from
+    sums: rows of owner, place and FIGURE_SUMS plus the jobs counted by `weights`
+    (`counted_figures`), from
     `usage_daily` summed in the database per owner and place (per node only `by_node`,
     else the node is blank but where the GPU model is blank), the cut days' `job_usage`
     rows and the unfolded jobs' raw rows. members: the jobs not counted in `usage_daily`
@@ -157,7 +177,7 @@ def period_usage(
     whole = first < last
     parts: list[pd.DataFrame] = []
     if whole:
-        parts.append(daily_sums(store, first, last, by_node=by_node))
+        parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
         edges = [(since, first), (last, until)]
     else:
         edges = [(since, until)]
@@ -174,15 +194,16 @@ def period_usage(
     members = _members(cells, since, until, (first, last) if whole else None)
     raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
     sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
+    counted = counted_figures(weights)
     counts = {
         name: pd.to_numeric(sums[name], errors="coerce").fillna(0.0).to_numpy(dtype=float)
         if name in sums
         else np.zeros(len(sums))
-        for name in MEMBER_FIGURES
+        for name in counted
     }
     sums = pd.concat(
         [
-            sums.drop(columns=[n for n in MEMBER_FIGURES if n in sums]),
+            sums.drop(columns=[n for n in counted if n in sums]),
             pd.DataFrame(counts, index=sums.index),
         ],
         axis=1,
@@ -213,27 +234,50 @@ def has_slot_rows(store: Store, since: float, until: float) -> bool:
         return conn.execute(query).first() is not None
 
 
-def daily_sums(store: Store, first: float, last: float, *, by_node: bool) -> pd.DataFrame:
-    """`usage_daily` of the days in [first, last), summed by the database per owner and place.
+def whole_months(first: float, last: float) -> tuple[float, float]:
+    """[a, b): the whole UTC months inside the whole days [first, last) (a == b: none)."""
+    month = usage_rollup.month_of(first)
+    a = month if month == first else usage_rollup.next_month(month)
+    b = a
+    while usage_rollup.next_month(b) <= last:
+        b = usage_rollup.next_month(b)
+    return a, b
 
-    Without `by_node`, rows of a known GPU model are summed over nodes (the node blank).
+
+def rollup_sums(
+    store: Store, first: float, last: float, *, by_node: bool, weights: Sequence[str]
+) -> pd.DataFrame:
+    """The rollups of the whole days [first, last), summed by the database per owner and place.
+
+    Whole UTC months from `usage_monthly` (not `by_node`), the other days from
+    `usage_daily`. Without `by_node`, rows of a known GPU model are summed over nodes
+    (the node blank).
     """
-    d = usage_daily.c
-    node = (
-        d.node
-        if by_node
-        else sa.case((d.gpu_model == "", d.node), else_=sa.literal("")).label("node")
-    )
-    dims = [d.user, d.account, d.partition, node, d.gpu_model, d.slot_kind, d.mig_profile, d.share]
-    figures = (*USAGE_SUMS, *USAGE_COUNTS, *MEMBER_FIGURES)
-    query = (
-        sa.select(*dims, *(sa.func.sum(d[n]).label(n) for n in figures))
-        .where(d.cluster == store.cluster, d.day >= first, d.day < last)
-        .group_by(*dims)
-    )
-    with store.reading("reading daily usage rollups") as conn:
-        rows = [tuple(r) for r in conn.execute(query)]
+    a, b = (first, first) if by_node else whole_months(first, last)
+    spans = [(usage_daily, first, a), (usage_monthly, a, b), (usage_daily, b, last)]
+    if a == b:
+        spans = [(usage_daily, first, last)]
+    figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
+    rows: list[tuple[Any, ...]] = []
+    with store.reading("reading the usage rollups") as conn:
+        for table, low, high in spans:
+            if high <= low:
+                continue
+            t = table.c
+            when = t.day if table is usage_daily else t.month
+            node = (
+                t.node
+                if by_node or table is usage_monthly
+                else usage_rollup.blank_model_node(t).label("node")
+            )
+            dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
+            query = (
+                sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
+                .where(t.cluster == store.cluster, when >= low, when < high)
+                .group_by(*dims)
+            )
+            rows += [tuple(r) for r in conn.execute(query)]
     return pd.DataFrame(rows, columns=names)
 
 
@@ -244,16 +288,24 @@ def boundary_cells(
 
     `first` None: every job of the period; else those with a part outside the whole days
     [first, last): started before `first` or ending at or after `last` (the jobs that
-    run across the period's ends, and those of its cut days).
+    run across the period's ends, and those of its cut days). Two queries, each answered
+    from the (end_time, start_time) index.
     """
     u = job_usage.c
-    query = sa.select(*(u[n] for n in queries.JOB_USAGE_COLUMNS)).where(
+    base = sa.select(*(u[n] for n in queries.JOB_USAGE_COLUMNS)).where(
         u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
     )
-    if first is not None:
-        query = query.where(sa.or_(u.start_time < first, u.end_time >= last))
+    if first is None:
+        parts = [base]
+    else:
+        parts = [
+            base.where(u.start_time < first),
+            base.where(u.end_time >= last, u.start_time >= first),
+        ]
+    rows: list[tuple[Any, ...]] = []
     with store.reading("reading job usage rollups") as conn:
-        rows = [tuple(r) for r in conn.execute(query)]
+        for query in parts:
+            rows += [tuple(r) for r in conn.execute(query)]
     return pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
 
 

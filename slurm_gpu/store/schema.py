@@ -495,7 +495,9 @@ job_usage = sa.Table(
     *_member_columns(MEMBER_WEIGHTS),
     sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *USAGE_PLACE),
 )
-sa.Index(None, job_usage.c.end_time)
+# The jobs across a report period's ends (reports/rollups.py `boundary_cells`): found
+# in the index, by end then start, without reading the rows of the others.
+sa.Index(None, job_usage.c.end_time, job_usage.c.start_time)
 sa.Index(None, job_usage.c.start_time)
 # Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
 sa.Index(None, job_usage.c.user, job_usage.c.end_time)
@@ -514,6 +516,23 @@ usage_daily = sa.Table(
     *_usage_columns(),
     *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
     sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
+)
+
+# Per UTC month (`month`: its first midnight), owner and place but the node (blank, but
+# for a blank GPU model, which the report fills from the node): the sums of that month's
+# `usage_daily` rows. A month's report reads it instead of the month's days.
+usage_monthly = sa.Table(
+    "usage_monthly",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("month", sa.Double(), nullable=False, autoincrement=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    *_place_columns(),
+    *_usage_columns(),
+    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
+    sa.PrimaryKeyConstraint("cluster", "month", "user", "account", "partition", *USAGE_PLACE),
 )
 
 ALL_TABLES = (
@@ -535,4 +554,5 @@ ALL_TABLES = (
     report_deliveries,
     job_usage,
     usage_daily,
+    usage_monthly,
 )

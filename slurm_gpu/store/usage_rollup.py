@@ -24,6 +24,7 @@ rows of that slice: sums are recomputed, never patched by subtraction.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,7 @@ from slurm_gpu.store.schema import (
     job_usage,
     jobs,
     usage_daily,
+    usage_monthly,
 )
 
 DAY = 86400.0
@@ -60,6 +62,18 @@ _NO_MEMBERS = dict.fromkeys(MEMBERS, 0.0)
 def day_of(t: float) -> float:
     """The UTC day (POSIX seconds of its midnight) that `t` is in."""
     return math.floor(t / DAY) * DAY
+
+
+def month_of(t: float) -> float:
+    """The UTC month (POSIX seconds of its first midnight) that `t` is in."""
+    day = dt.datetime.fromtimestamp(t, dt.UTC)
+    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def next_month(month: float) -> float:
+    """The UTC month after `month` (a `month_of`)."""
+    first = dt.datetime.fromtimestamp(month, dt.UTC)
+    return (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1).timestamp()
 
 
 def day_fractions(start: float, end: float) -> list[tuple[float, float]]:
@@ -338,6 +352,43 @@ def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float
         rows = daily_of(cells, days)
         if rows:
             conn.execute(sa.insert(usage_daily), rows)
+        for month in sorted({month_of(day) for day in days}):
+            _sum_month(conn, cluster, month, user)
+
+
+def blank_model_node(d: Any) -> Any:
+    """The node of a row of blank GPU model, else "": the node column of `usage_monthly`.
+
+    Inline SQL literals, so that the same expression in SELECT and GROUP BY is one to
+    PostgreSQL (bound parameters would be two).
+    """
+    blank: sa.ColumnElement[str] = sa.literal_column("''")
+    return sa.case((d.gpu_model == blank, d.node), else_=blank)
+
+
+def _sum_month(conn: sa.Connection, cluster: str, month: float, user: str | None) -> None:
+    """Rewrite the `usage_monthly` rows of a month (of one user, or all) from its days."""
+    d, m = usage_daily.c, usage_monthly.c
+    stale = sa.delete(usage_monthly).where(m.cluster == cluster, m.month == month)
+    days = sa.and_(d.cluster == cluster, d.day >= month, d.day < next_month(month))
+    if user is not None:
+        stale = stale.where(m.user == user)
+        days = sa.and_(days, d.user == user)
+    conn.execute(stale)
+    node = blank_model_node(d)
+    dims = [d.user, d.account, d.partition, node, d.gpu_model, d.slot_kind, d.mig_profile, d.share]
+    query = (
+        sa.select(
+            sa.literal(cluster),
+            sa.literal(month),
+            *dims,
+            *(sa.func.sum(d[n]) for n in (*FIGURES, *MEMBERS)),
+        )
+        .where(days)
+        .group_by(*dims)
+    )
+    names = ["cluster", "month", *OWNER, *USAGE_PLACE, *FIGURES, *MEMBERS]
+    conn.execute(sa.insert(usage_monthly).from_select(names, query))
 
 
 def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None = None) -> int:
@@ -346,7 +397,7 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
     `cluster` None: every cluster in the store. In the caller's transaction. Returns the
     number of `job_usage` rows written.
     """
-    j, s, u, d = jobs.c, job_gpu_summaries.c, job_usage.c, usage_daily.c
+    j, s, u, d, m = jobs.c, job_gpu_summaries.c, job_usage.c, usage_daily.c, usage_monthly.c
     if since is not None:
         since = day_of(since)  # every job touching the first rebuilt day is refolded
     clusters = (
@@ -366,12 +417,15 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
         )
         stale = sa.delete(job_usage).where(u.cluster == name)
         days = sa.delete(usage_daily).where(d.cluster == name)
+        months = sa.delete(usage_monthly).where(m.cluster == name)
         if since is not None:
             query = query.where(sa.or_(j.end_time.is_(None), j.end_time >= since))
             stale = stale.where(u.end_time >= since)
             days = days.where(d.day >= day_of(since))
+            months = months.where(m.month >= month_of(since))
         conn.execute(stale)
         conn.execute(days)
+        conn.execute(months)
         ids = [int(i) for (i,) in conn.execute(query)]
         cells: list[dict[str, Any]] = []
         for chunk in _chunks(ids):
@@ -385,4 +439,10 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
         # job of those days was not rebuilt, and their rows still sum them all.
         for at in range(0, len(rows), CHUNK):
             conn.execute(sa.insert(usage_daily), rows[at : at + CHUNK])
+        first = month_of(since) if since is not None else None
+        stored = sa.select(d.day).distinct().where(d.cluster == name)
+        if first is not None:
+            stored = stored.where(d.day >= first)
+        for month in sorted({month_of(float(day)) for (day,) in conn.execute(stored)}):
+            _sum_month(conn, name, month, None)
     return written

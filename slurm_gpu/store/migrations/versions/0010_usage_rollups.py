@@ -4,8 +4,9 @@
 share), the job's summaries there summed as the reports sum them, with the job's owner
 and times, and its count weights. `usage_daily`: per UTC day, owner and place, those sums
 prorated by the part of each job inside the day, and the jobs counted on their last day
-with their queue waits (weights, sums and a log2 histogram). `slurm-gpu report` reads
-them for whole days instead of the raw summaries (slurm_gpu/store/usage_rollup.py).
+with their queue waits (weights, sums and a log2 histogram). `usage_monthly`: the same
+per UTC month, without the node. `slurm-gpu report` reads them for whole months and days
+instead of the raw summaries (slurm_gpu/store/usage_rollup.py).
 
 The upgrade builds both from the rows already stored (`usage_rollup.rebuild`: every
 finished job with summaries), in the upgrade's transaction; `slurm-gpu db
@@ -94,7 +95,12 @@ def upgrade() -> None:
         *_members(WEIGHTS),
         sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *PLACE, name=op.f("pk_job_usage")),
     )
-    op.create_index(op.f("ix_job_usage_end_time"), "job_usage", ["end_time"], unique=False)
+    op.create_index(
+        op.f("ix_job_usage_end_time_start_time"),
+        "job_usage",
+        ["end_time", "start_time"],
+        unique=False,
+    )
     op.create_index(op.f("ix_job_usage_start_time"), "job_usage", ["start_time"], unique=False)
     op.create_index(
         op.f("ix_job_usage_user_end_time"), "job_usage", ["user", "end_time"], unique=False
@@ -113,6 +119,26 @@ def upgrade() -> None:
             "cluster", "day", "user", "account", "partition", *PLACE, name=op.f("pk_usage_daily")
         ),
     )
+    op.create_table(
+        "usage_monthly",
+        sa.Column("cluster", sa.String(length=NAME), nullable=False),
+        sa.Column("month", sa.Double(), autoincrement=False, nullable=False),
+        sa.Column("user", sa.String(length=NAME), nullable=False),
+        sa.Column("account", sa.String(length=NAME), nullable=False),
+        sa.Column("partition", sa.String(length=NAME), nullable=False),
+        *_place(),
+        *_figures(),
+        *_members((*WEIGHTS, *WAITS, *HISTOGRAM)),
+        sa.PrimaryKeyConstraint(
+            "cluster",
+            "month",
+            "user",
+            "account",
+            "partition",
+            *PLACE,
+            name=op.f("pk_usage_monthly"),
+        ),
+    )
     # The rows stored before this revision, folded as ingest folds new ones.
     from slurm_gpu.store import usage_rollup
 
@@ -121,8 +147,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Revert this revision."""
+    op.drop_table("usage_monthly")
     op.drop_table("usage_daily")
     op.drop_index(op.f("ix_job_usage_user_end_time"), "job_usage")
     op.drop_index(op.f("ix_job_usage_start_time"), "job_usage")
-    op.drop_index(op.f("ix_job_usage_end_time"), "job_usage")
+    op.drop_index(op.f("ix_job_usage_end_time_start_time"), "job_usage")
     op.drop_table("job_usage")
