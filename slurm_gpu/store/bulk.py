@@ -5,7 +5,11 @@ same per-kind code of `Store` (its conn-taking `_add_*`), in one transaction:
 
 - Per batch, in `write_batch`'s order: events (and their job merge), inventory and lost
   GPUs, activity (replaced), summaries then the summarized jobs' activity forgotten. A
-  later batch sees what an earlier one wrote, as it would one commit later.
+  later batch sees what an earlier one wrote, as it would one commit later. The activity
+  rows of consecutive batches go in one executemany, in batch order, flushed before a
+  summarized job's activity is forgotten: nothing else reads or writes `gpu_activity`.
+- Heartbeats of every batch at once, last (`heartbeats.write_heartbeats`: each node's
+  newest wins, so the order within the group does not matter).
 - The bulk kinds, intervals and physical intervals, of every batch at once: nothing
   else in the group reads or writes those tables, so one statement per table stores
   exactly what one per batch would. PostgreSQL: COPY into a temporary table, then
@@ -25,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from slurm_gpu.store import convert, usage_rollup
+from slurm_gpu.models import GpuActivity, NodeHeartbeat
+from slurm_gpu.store import convert, heartbeats, usage_rollup
 from slurm_gpu.store.schema import gpu_intervals, gpu_physical_intervals
 
 if TYPE_CHECKING:
@@ -39,12 +44,14 @@ def write_batches(
     """Writes `(node, batch)` pairs in `conn`'s transaction; returns the rows written.
 
     The count: new events, intervals and physical intervals, plus activity rows and
-    summaries written (upserts count every row).
+    summaries written (upserts count every row) and nodes whose heartbeat was offered.
     """
     written = 0
     refold: set[int] = set()
     intervals: list[dict[str, Any]] = []
     physical: list[dict[str, Any]] = []
+    activity: list[GpuActivity] = []  # of consecutive batches: one executemany
+    beats: list[NodeHeartbeat] = []
     for node, batch in batches:
         if batch.events:
             written += store._add_events(conn, batch.events)
@@ -54,19 +61,37 @@ def write_batches(
                 store._upsert_inventory(conn, node, devices, seen_at)
             if lost is not None:
                 store._set_lost_gpus(conn, node, lost)
-        if batch.activity:
-            written += store._add_activity(conn, batch.activity)
+        activity += batch.activity
         intervals += (convert.interval_to_row(r) for r in batch.intervals)
         physical += (convert.physical_to_row(r) for r in batch.physical)
+        beats += batch.heartbeats
         if batch.summaries:
             written += store._add_summaries(conn, batch.summaries)
+            written += _flush(store, conn, activity)  # the activity before it, first
             jobs = sorted({s.job_id for s in batch.summaries})
             store._forget_activity(conn, jobs)
             refold.update(jobs)
+    written += _flush(store, conn, activity)
+    # After every activity row, as write_batch writes each batch's last; the newest of
+    # each node wins whatever the order, so one statement for the group.
+    written += heartbeats.write_heartbeats(conn, store.cluster, beats)
     for table, params in ((gpu_intervals, intervals), (gpu_physical_intervals, physical)):
         if params:
             written += insert_ignore_many(store, conn, table, params)
     usage_rollup.refold(conn, store.cluster, sorted(refold))
+    return written
+
+
+def _flush(store: Store, conn: sa.Connection, activity: list[GpuActivity]) -> int:
+    """Upserts the activity rows held back so far, in batch order; empties the list.
+
+    Rows upserted in one executemany, in order, land as one call per batch would: only
+    forgetting a summarized job's activity (or the end of the group) needs them stored.
+    """
+    if not activity:
+        return 0
+    written = store._add_activity(conn, activity)
+    activity.clear()
     return written
 
 

@@ -26,6 +26,7 @@ from slurm_gpu.models import (
     JobEventKind,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
 from slurm_gpu.node.shipper import DecodedBatch, write_batch
 from slurm_gpu.store import Store
@@ -90,11 +91,13 @@ def devices(node: str) -> list[GpuDevice]:
 
 
 def minutes(node: str, job_id: int, first: int, count: int) -> DecodedBatch:
-    """Intervals and physical intervals of every GPU of `node` for `count` minutes."""
+    """Every GPU of `node` for `count` minutes, and the heartbeat of the last one."""
     starts = [T0 + 60 * m for m in range(first, first + count)]
+    slots = tuple(uuid(node, i) for i in range(GPUS))
     return DecodedBatch(
         intervals=[interval(node, i, s, job_id) for s in starts for i in range(GPUS)],
         physical=[physical(node, i, s) for s in starts for i in range(GPUS)],
+        heartbeats=[NodeHeartbeat(node, starts[-1] + 60, slots)],
     )
 
 
@@ -147,7 +150,7 @@ def test_group_stores_what_per_kind_writes_store(store: Store) -> None:
     grouped = contents(store)
     assert per_kind == grouped
     # Not vacuous: every kind landed, and the finished jobs were folded.
-    assert {name: len(rows) for name, rows in grouped.items() if rows} == {
+    expected = {
         "jobs": 2,
         "job_gpus": 24,
         "job_events": 6,
@@ -158,9 +161,12 @@ def test_group_stores_what_per_kind_writes_store(store: Store) -> None:
         "job_gpu_summaries": 16,
         "job_usage": 2,  # job 42 on each node; job 43 has no summary yet
         "usage_daily": 4,  # job 42 spans midnight UTC: two days on each node
+        "node_heartbeats": 2,  # each node's newest
     }
-    # new events, intervals and physical intervals; activity rows and summaries upserted
-    assert 6 + 80 + 80 + 24 + 16 == written
+    assert expected == {name: len(grouped[name]) for name in expected}
+    # new events, intervals, physical intervals; activity rows, summaries upserted; nodes
+    # whose heartbeat was offered
+    assert 6 + 80 + 80 + 24 + 16 + 2 == written
 
 
 def test_event_and_its_summary_in_one_group_are_folded(store: Store) -> None:
