@@ -10,6 +10,7 @@ import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
+from slurm_gpu.collector.admin_comments import AdminComments
 from slurm_gpu.collector.service import build_collector, collector_store, run_collector
 from slurm_gpu.config.collector import check_listen
 
@@ -49,7 +50,15 @@ def run_cmd(app: App, listen: str | None) -> None:
     # Its own store, not app.store: its pool holds [collector] pool_size connections.
     with collector_store(config) as store:
         collector = build_collector(config, store, app.slurm, listen=listen)
+        # [node] write_admin_comment: the agents that ship here cannot write it themselves.
+        comments = None
+        if config.node.write_admin_comment:
+            comments = AdminComments(app.runner, store, config.cluster.name)
+            collector.on_summaries = comments
+            comments.start()
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         run_collector(collector, stop)
+        if comments is not None:
+            comments.stop()

@@ -90,6 +90,9 @@ class Collector:
         host, _, port = listen.rpartition(":")
         self._server = _PooledHTTPServer((host.strip("[]"), int(port)), _handler(self), workers)
         self._thread: threading.Thread | None = None
+        # Called with the job ids of a committed batch's summaries (their AdminComment:
+        # collector/admin_comments.py); None: nothing is called.
+        self.on_summaries: Callable[[list[int]], None] | None = None
 
     @property
     def address(self) -> str:
@@ -134,6 +137,8 @@ class Collector:
         except Refusal as refusal:
             self.refused(refusal, node, peer, batch_id)
             raise
+        if self.on_summaries is not None and decoded.summaries:
+            self.on_summaries(sorted({s.job_id for s in decoded.summaries}))
         self.metrics.batches.inc()
         self.metrics.rows.inc(len(batch.rows))
         return len(batch.rows)
