@@ -8,7 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -96,8 +96,10 @@ class RecordingStore:
         self.bad: set[float] = set()
         self.groups: list[list[float]] = []
         self.attempts = 0
+        self.entered = 0  # writes begun (some may wait at the gate)
 
     def _enter(self) -> None:
+        self.entered += 1
         self.gate.wait(10)
         if self.down:
             raise StoreError("store down: connection refused")
@@ -372,17 +374,27 @@ def test_full_queue_is_refused_with_retry_after(store: RecordingStore) -> None:
     store.gate.clear()  # the writer holds its batch until the gate opens
     collector.writer.start()
     waiting = []
+
+    def send(start: float) -> None:
+        body = body_of("gpu1", rows_of("gpu1", start))
+        thread = threading.Thread(
+            target=collector.accept, args=(body, signed(munge, body), "10.0.0.1")
+        )
+        thread.start()
+        waiting.append(thread)
+
+    def until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 5
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     try:
-        for start in (0.0, 60.0):  # one in the writer, one in the queue
-            body = body_of("gpu1", rows_of("gpu1", start))
-            thread = threading.Thread(
-                target=collector.accept, args=(body, signed(munge, body), "10.0.0.1")
-            )
-            thread.start()
-            waiting.append(thread)
-            deadline = time.monotonic() + 5
-            while collector.writer.depth() != 1 and time.monotonic() < deadline:
-                time.sleep(0.01)
+        # One held by the writer at the gate, then one in the queue (both queued before
+        # the writer took one, it would take them as one group).
+        send(0.0)
+        until(lambda: store.entered == 1)
+        send(60.0)
+        until(lambda: collector.writer.depth() == 1)
         body = body_of("gpu1", rows_of("gpu1", 120.0))
         refusal = refusal_of(collector, body, signed(munge, body))
     finally:
