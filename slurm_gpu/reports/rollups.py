@@ -2,17 +2,27 @@
 
 The same figures as reports/summary.py `build_report` over the GPU frame, summed from:
 
-- `usage_daily` for the whole UTC days inside the period (each row already prorated to
-  its day, as `prorated` prorates a job: by the part of the job inside the period);
-- `job_usage` rows prorated to the parts of the period that cut a day (its first and
-  last hours when it does not start or end at a UTC midnight);
+- `usage_monthly` for the whole UTC months inside the period and `usage_daily` for its
+  other whole UTC days (each row already prorated, as `prorated` prorates a job: by the
+  part of the job inside the period), summed by the database per owner and place (per
+  node only for `report node`, which reads days only): what is read grows with users
+  and places, not with jobs;
+- `job_usage` rows of the jobs across the period's ends only, prorated to the parts of
+  the period that cut a day (its first and last hours when it does not start or end at
+  a UTC midnight);
 - raw rows, the old way (reports/usage.py), for the jobs of the period that are not
-  folded: running, no summary yet, no start or no end time;
-- and, for what is no sum (jobs and users counted once, queue wait mean and p95 over
-  jobs), the period's `job_usage` rows' job ids, owners, places and times.
+  folded: running, no summary yet, no start or no end time.
 
-Every figure is a sum of per-row sums (store/usage_rollup.py `row_sums`), so it equals the
-old computation up to the order floats are added in.
+Jobs are counted once per group: the rollups count each job on the last UTC day it has
+usage in, with weights that add up to one in any group holding its rows (schema.py
+MEMBER_WEIGHTS); the jobs whose last day is not a whole day of the period are counted one
+by one from their `job_usage` rows. Users are the distinct users of the rows summed.
+Queue wait: the mean is exact (sums of waits x weight); the 95th percentile comes from
+the folded log2 histogram (within one bucket of numpy's, placed evenly inside its bucket)
+wherever folded jobs are counted, exact where all are counted one by one.
+
+Every other figure is a sum of per-row sums (store/usage_rollup.py `row_sums`), so it
+equals the old computation up to the order floats are added in.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
-from slurm_gpu.access import Scope
+from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
@@ -36,7 +46,7 @@ from slurm_gpu.reports.frames import (
 )
 from slurm_gpu.reports.pricing import add_cost, slot_price_for
 from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
-from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
+from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select, load_usage
 from slurm_gpu.store import Store, queries, usage_rollup
 from slurm_gpu.store.schema import (
     GPM_METRICS,
@@ -69,6 +79,10 @@ def counted_figures(weights: Sequence[str]) -> tuple[str, ...]:
 # The `usage_daily` count weight that counts a job once in a group of this report
 # (schema.py MEMBER_WEIGHTS); groups by owner, the cluster and the totals: "jobs".
 WEIGHT_OF = {"node": "node_jobs", "gpu_model": "model_jobs", "slot": "slot_jobs"}
+BUCKET_NOTE = (
+    "QueueWaitP95 is read from the usage rollups' log2 histogram of queue waits "
+    "(within one bucket, a factor of 2, of the exact 95th percentile); QueueWaitMean is exact."
+)
 
 
 def usable(filters: JobFilter) -> bool:
@@ -146,7 +160,10 @@ def build_report_from_rollups(
         if (f["idle_gpu_hours"] or 0.0) > 0
     ]
     waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
-    return Report(group, groups, total, waste[:waste_top])
+    notes = []
+    if len(sums) and float(sums[list(WAIT_HISTOGRAMS[weight])].to_numpy(dtype=float).sum()) > 0:
+        notes.append(BUCKET_NOTE)
+    return Report(group, groups, total, waste[:waste_top], notes)
 
 
 def period_usage(
@@ -487,19 +504,22 @@ def _grouped(
     """
     if not len(sums) and not len(members):
         return []
-    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds", *WAIT_HISTOGRAMS[weight]]
+    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds"]
+    histogram = list(WAIT_HISTOGRAMS[weight])
     keyed = sums.assign(_key=sums[key].astype(str))
-    summed = keyed.groupby("_key", sort=True)[[*FIGURE_SUMS, *counted_names]].sum(min_count=0)
+    summed = keyed.groupby("_key", sort=True)[[*FIGURE_SUMS, *counted_names, *histogram]].sum(
+        min_count=0
+    )
     users = keyed.drop_duplicates(["_key", "user"]).groupby("_key", sort=False).size()
     exact = _exact(members.assign(_key=members[key].astype(str)))
     keys = sorted(set(summed.index) | set(exact))
-    rows: dict[str, dict[str, Any]] = {
-        str(k): {str(n): v for n, v in r.items()} for k, r in summed.to_dict("index").items()
-    }
+    summed = summed.reindex(keys, fill_value=0.0)
+    folded = np.rint(summed[histogram].to_numpy(dtype=float))
+    rows = summed[[*FIGURE_SUMS, *counted_names]].to_dict("records")
     out = []
-    for k in keys:
-        row = rows.get(k) or dict.fromkeys([*FIGURE_SUMS, *counted_names], 0.0)
-        counted = _count_of(row, weight, exact.get(k), int(users.get(k, 0)))
+    for i, k in enumerate(keys):
+        row = {str(n): v for n, v in rows[i].items()}
+        counted = _count_of(row, weight, folded[i], exact.get(k), int(users.get(k, 0)))
         out.append((k, _from_totals(row, counted, held_cost)))
     return out
 
@@ -512,21 +532,29 @@ def _exact(members: pd.DataFrame) -> dict[str, tuple[int, np.ndarray]]:
     if not len(members):
         return {}
     jobs = members.drop_duplicates(["_key", "job_id"])
-    out = {}
-    for k, part in jobs.groupby("_key", sort=False):
-        waits = pd.to_numeric(part["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
-        out[str(k)] = (len(part), waits[~np.isnan(waits)])
-    return out
+    codes, names = pd.factorize(jobs["_key"].to_numpy(dtype=object))
+    waits = pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=len(names))
+    parts = np.split(waits[order], np.cumsum(counts)[:-1])
+    return {
+        str(name): (int(counts[c]), part[~np.isnan(part)])
+        for c, (name, part) in enumerate(zip(names, parts, strict=True))
+    }
 
 
 def _count_of(
-    row: dict[str, Any], weight: str, exact: tuple[int, np.ndarray] | None, users: int
+    row: dict[str, Any],
+    weight: str,
+    folded: np.ndarray,
+    exact: tuple[int, np.ndarray] | None,
+    users: int,
 ) -> tuple[int, int, float | None, float | None]:
     """(jobs, users, queue wait mean, p95) of a group: its folded counts plus `exact`.
 
-    The folded jobs' waits are known by their histogram only (WAIT_HISTOGRAMS): where
-    there are any, the 95th percentile is read from the buckets (within one bucket of
-    numpy's); with none, it is numpy's of the exact waits.
+    `folded`: the folded jobs' waits, known by their histogram only (WAIT_HISTOGRAMS,
+    rounded counts): where it holds any, the 95th percentile is read from the buckets
+    (within one bucket of numpy's); else it is numpy's of the exact waits.
     """
     n_exact, waits = exact if exact is not None else (0, np.zeros(0))
     jobs = round(float(row[weight])) + n_exact
@@ -534,7 +562,6 @@ def _count_of(
     if waited <= 0.5:
         return jobs, users, None, None
     mean = (float(row[f"{weight}_wait_seconds"]) + float(waits.sum())) / waited
-    folded = np.rint(np.array([float(row[c]) for c in WAIT_HISTOGRAMS[weight]]))
     if folded.sum() <= 0:
         return jobs, users, mean, float(np.percentile(waits, 95.0))
     counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
@@ -574,14 +601,21 @@ def histogram_percentile(counts: np.ndarray, q: float) -> float:
 def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
     """The figures of every row together (the totals row)."""
     weight = "jobs"
-    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds", *WAIT_HISTOGRAMS[weight]]
+    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds"]
     totals = {
         n: float(pd.to_numeric(sums[n]).sum()) if len(sums) and n in sums else 0.0
         for n in (*FIGURE_SUMS, *counted_names)
     }
+    folded = np.array(
+        [
+            float(pd.to_numeric(sums[n]).sum()) if len(sums) and n in sums else 0.0
+            for n in WAIT_HISTOGRAMS[weight]
+        ]
+    )
     exact = _exact(members.assign(_key="")) if len(members) else {}
     users = int(sums["user"].nunique()) if len(sums) else 0
-    return _from_totals(totals, _count_of(totals, weight, exact.get(""), users), held_cost)
+    counted = _count_of(totals, weight, np.rint(folded), exact.get(""), users)
+    return _from_totals(totals, counted, held_cost)
 
 
 def _from_totals(
@@ -629,3 +663,55 @@ def _from_totals(
         "idle_held_cost": float(total["idle_held_cost"]) if held_cost else None,
         "physical_gpu_hours": total["physical_seconds"] / 3600.0,
     }
+
+
+def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.DataFrame:
+    """GPU-seconds, active seconds and cost per (user, account): folded jobs ended before.
+
+    Of the `job_usage` rows of jobs that ended before `before`, summed by the database
+    (the exporter's settled counters); active seconds clipped as the reports clip them.
+    """
+    u = job_usage.c
+    node = usage_rollup.blank_model_node(u).label("node")
+    dims = [u.user, u.account, node, u.gpu_model, u.mig_profile, u.share]
+    figures = (
+        *("gpu_seconds", "active_seconds", "mem_gib_seconds", "job_hour_seconds"),
+        *("gpu_unused_seconds", "mem_unused_gib_seconds", "job_hour_unused_seconds"),
+    )
+    query = (
+        sa.select(*dims, *(sa.func.sum(u[n]).label(n) for n in figures))
+        .where(u.cluster == store.cluster, u.end_time < before)
+        .group_by(*dims)
+    )
+    with store.reading("reading the settled usage rollups") as conn:
+        rows = [tuple(r) for r in conn.execute(query)]
+    names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
+    frame = _priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
+    if not len(frame):
+        return pd.DataFrame(columns=["user", "account", "gpu_seconds", "active_seconds", "cost"])
+    return (
+        frame.assign(user=frame["user"].astype(str), account=frame["account"].astype(str))
+        .groupby(["user", "account"], sort=True)[["gpu_seconds", "active_seconds", "cost"]]
+        .sum()
+        .reset_index()
+    )
+
+
+def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> Usage:
+    """The jobs that ended before `before` and are not folded (no summary), from raw rows."""
+    ids = queries.unfolded_job_ids(store, 0.0, before)
+    if not ids:
+        return Usage(pd.DataFrame(columns=["job_id", "end_time"]), pd.DataFrame(columns=["job_id"]))
+    usage = load_usage(
+        store,
+        since=None,
+        until=None,
+        now=before,
+        sacct_jobs=None,
+        scope=Scope(Caller(0, "rollups"), all=True, reason="exporter"),
+        filters=JobFilter(job_ids=tuple(str(i) for i in ids)),
+        cost=cost,
+    )
+    ended = pd.to_numeric(usage.jobs["end_time"], errors="coerce") < before
+    jobs = usage.jobs[ended]
+    return Usage(jobs, usage.gpus[usage.gpus["job_id"].isin(jobs["job_id"])])

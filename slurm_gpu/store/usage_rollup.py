@@ -1,4 +1,4 @@
-"""Usage rollups written at ingest (revision 0010, issue 16): `job_usage` and `usage_daily`.
+"""Usage rollups written at ingest (revision 0010, issue 16): per job, day and month.
 
 What a report figure is summed from (reports/figures.py over the GPU frame of
 reports/usage.py) is folded here, in the transaction that stores the rows it summarizes:
@@ -8,18 +8,24 @@ reports/usage.py) is folded here, in the transaction that stores the rows it sum
   at most the GPU-seconds, active at most the measured rest; utilization weighted by the
   GPU-seconds of the rows with a mean; GPM means by the GPM seconds that had them; the
   cost units of every [cost] unit and their unused share), with the job's owner and
-  times as folded.
+  times as folded, and its count weights (schema.py MEMBER_WEIGHTS: 1 / the job's rows,
+  overall and on one node, model, slot group).
 - `usage_daily`: per UTC day, owner and place, the sums of the `job_usage` rows prorated
   as the reports prorate a job: by the part of the job [start, end] inside the day (an
-  instant job: the day it starts in).
+  instant job: the day it starts in); and the jobs counted on the last day they have
+  usage in (their weights), with their queue waits (weights of the known ones, waits x
+  weight, a log2 histogram per weight).
+- `usage_monthly`: per UTC month, owner and place but the node (kept only where the GPU
+  model is blank), the sums of that month's `usage_daily` rows, summed by the database.
 
 Only finished jobs are folded: a job with summaries and both a start and an end time. A
 job with no summary yet (running), no start or no end is read from raw rows by the
 reports, as before. Whenever a job's summaries or facts change (`Store.add_summaries`,
-`add_events`, `upsert_jobs`), `refold` recomputes its `job_usage` rows and every
-`usage_daily` slice (day, user) it touched before or touches now, from the `job_usage`
-rows of that slice: sums are recomputed, never patched by subtraction.
-`rebuild` recomputes both tables from the raw rows (`slurm-gpu db rebuild-rollups`).
+`add_events`, `upsert_jobs`, the bulk path), `refold` recomputes its `job_usage` rows and
+every `usage_daily` slice (day, user) it touched before or touches now, from the
+`job_usage` rows of that slice, then those users' months: sums are recomputed, never
+patched by subtraction. `rebuild` recomputes the three tables from the raw rows
+(`slurm-gpu db rebuild-rollups`).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuInterval, JobGpuSummary, Measurement, SlotKind
 from slurm_gpu.reports.figures import FIGURE_KEYS
-from slurm_gpu.reports.rollups import build_report_from_rollups
+from slurm_gpu.reports.rollups import BUCKET_NOTE, build_report_from_rollups
 from slurm_gpu.reports.summary import GROUP_KEYS, Report, build_report
 from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store
@@ -469,3 +469,20 @@ def test_db_rebuild_rollups_command_rebuilds_them(store: Store) -> None:
     result = CliRunner().invoke(cli, ["db", "rebuild-rollups", "--url", url, "--since", "nope"])
     assert result.exit_code == 2
     assert "--since" in result.output
+
+
+def test_queue_wait_p95_from_buckets_is_said_and_exact_without_them(store: Store) -> None:
+    """The report says where its p95 comes from buckets; inside a day it is exact.
+
+    Inside a day every job is counted one by one from its `job_usage` rows.
+    """
+    month = new_report(store, "account", *WINDOWS["month"], COSTS[0])
+    assert month.notes == [BUCKET_NOTE]
+    assert month.total["queue_wait_p95"] is not None
+    exact = old_report(store, "account", *WINDOWS["inside a day"], COSTS[0])
+    inside = new_report(store, "account", *WINDOWS["inside a day"], COSTS[0])
+    assert inside.notes == []
+    assert inside.total["jobs"] > 0
+    assert [r["queue_wait_p95"] for r in [*inside.rows, inside.total]] == pytest.approx(
+        [r["queue_wait_p95"] for r in [*exact.rows, exact.total]], rel=1e-12
+    )
