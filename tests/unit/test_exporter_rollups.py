@@ -56,9 +56,9 @@ def raw_counters(
         gpus["user"], gpus["account"], held, active, money, strict=True
     ):
         sums = out.setdefault((str(user), str(account)), [0.0, 0.0, 0.0])
-        sums[0] += h / 3600.0
-        sums[1] += a / 3600.0
-        sums[2] += c
+        sums[0] += float(h) / 3600.0
+        sums[1] += float(a) / 3600.0
+        sums[2] += float(c)
     return {k: (v[0], v[1], v[2]) for k, v in out.items()}
 
 
