@@ -147,7 +147,8 @@ class BatchWriter:
         try:
             rows = self.store.write_batches([(job.node, job.batch) for job in group])
         except SlurmGpuError as exc:
-            if len(group) > 1 and self._store_answers():
+            answers = self._store_answers()
+            if answers and len(group) > 1:
                 log.warning(
                     "a group of %d batches was not written (%s); writing each alone",
                     len(group),
@@ -156,8 +157,8 @@ class BatchWriter:
                 for job in group:
                     self._write([job])
                 return
-            if len(group) == 1:
-                log.error("the batch of %s was not written: %s", group[0].node, exc)
+            if answers:  # the store is up, so this batch's rows are at fault
+                log.error("the store refused the batch of %s: %s", group[0].node, exc)
             refusal = Refusal(503, "store_down", f"store: {exc}", self.retry_after)
             for job in group:
                 job.done.set_exception(refusal)

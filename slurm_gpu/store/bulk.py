@@ -67,7 +67,7 @@ def write_batches(
         beats += batch.heartbeats
         if batch.summaries:
             written += store._add_summaries(conn, batch.summaries)
-            written += _flush(store, conn, activity)  # the activity before it, first
+            written += _flush(store, conn, activity)  # stored before any is forgotten
             jobs = sorted({s.job_id for s in batch.summaries})
             store._forget_activity(conn, jobs)
             refold.update(jobs)

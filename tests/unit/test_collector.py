@@ -608,7 +608,7 @@ def test_one_bad_batch_does_not_refuse_the_others(
     assert ([[0.0], [60.0], [180.0]], [0.0, 60.0, 180.0]) == (
         store.groups, [r.period_start for r in store.intervals],
     )  # fmt: skip
-    assert ["the batch of gpu1 was not written: value out of range for column period_start"] == [
+    assert ["the store refused the batch of gpu1: value out of range for column period_start"] == [
         r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
     ]
 
