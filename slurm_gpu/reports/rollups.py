@@ -498,30 +498,39 @@ def _slot_labels(frame: pd.DataFrame) -> pd.Series:
 def _grouped(
     sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool, weight: str
 ) -> list[tuple[Any, dict[str, Any]]]:
-    """`(value, figures)` per distinct value of `key`, in sorted order (vectorized).
+    """`(value, figures)` per distinct value of `key`, in sorted order (numpy, no groupby).
 
     `weight`: the count weight of this grouping (WEIGHT_OF).
     """
     if not len(sums) and not len(members):
         return []
-    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds"]
+    names = [*FIGURE_SUMS, weight, f"{weight}_waited", f"{weight}_wait_seconds"]
     histogram = list(WAIT_HISTOGRAMS[weight])
-    keyed = sums.assign(_key=sums[key].astype(str))
-    summed = keyed.groupby("_key", sort=True)[[*FIGURE_SUMS, *counted_names, *histogram]].sum(
-        min_count=0
-    )
-    users = keyed.drop_duplicates(["_key", "user"]).groupby("_key", sort=False).size()
     exact = _exact(members.assign(_key=members[key].astype(str)))
-    keys = sorted(set(summed.index) | set(exact))
-    summed = summed.reindex(keys, fill_value=0.0)
-    folded = np.rint(summed[histogram].to_numpy(dtype=float))
-    rows = summed[[*FIGURE_SUMS, *counted_names]].to_dict("records")
+    values = sums[key].astype(str).to_numpy(dtype=object)
+    keys = sorted(set(values) | set(exact))
+    index = {k: i for i, k in enumerate(keys)}
+    codes = np.array([index[v] for v in values], dtype=np.intp)
+    summed = np.zeros((len(keys), len(names) + len(histogram)))
+    np.add.at(summed, codes, _matrix(sums, [*names, *histogram]))
+    user_codes, users_seen = pd.factorize(sums["user"].to_numpy(dtype=object))
+    pairs = np.unique(codes * max(len(users_seen), 1) + user_codes)
+    users = np.bincount(pairs // max(len(users_seen), 1), minlength=len(keys))
+    folded = np.rint(summed[:, len(names) :])
     out = []
     for i, k in enumerate(keys):
-        row = {str(n): v for n, v in rows[i].items()}
-        counted = _count_of(row, weight, folded[i], exact.get(k), int(users.get(k, 0)))
+        row = dict(zip(names, summed[i, : len(names)].tolist(), strict=True))
+        counted = _count_of(row, weight, folded[i], exact.get(k), int(users[i]))
         out.append((k, _from_totals(row, counted, held_cost)))
     return out
+
+
+def _matrix(frame: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
+    """These columns of `frame` as one float matrix, NaN as 0 (pandas' sum skips NaN)."""
+    if not len(frame):
+        return np.zeros((0, len(names)))
+    matrix: np.ndarray = np.nan_to_num(frame[list(names)].to_numpy(dtype=float), nan=0.0)
+    return matrix
 
 
 _NOBODY: tuple[int, int, float | None, float | None] = (0, 0, None, None)
@@ -600,21 +609,13 @@ def histogram_percentile(counts: np.ndarray, q: float) -> float:
 
 def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
     """The figures of every row together (the totals row)."""
-    weight = "jobs"
-    counted_names = [weight, f"{weight}_waited", f"{weight}_wait_seconds"]
-    totals = {
-        n: float(pd.to_numeric(sums[n]).sum()) if len(sums) and n in sums else 0.0
-        for n in (*FIGURE_SUMS, *counted_names)
-    }
-    folded = np.array(
-        [
-            float(pd.to_numeric(sums[n]).sum()) if len(sums) and n in sums else 0.0
-            for n in WAIT_HISTOGRAMS[weight]
-        ]
-    )
+    names = [*FIGURE_SUMS, "jobs", "jobs_waited", "jobs_wait_seconds"]
+    histogram = list(WAIT_HISTOGRAMS["jobs"])
+    summed = _matrix(sums, [*names, *histogram]).sum(axis=0)
+    totals = dict(zip(names, summed[: len(names)].tolist(), strict=True))
     exact = _exact(members.assign(_key="")) if len(members) else {}
     users = int(sums["user"].nunique()) if len(sums) else 0
-    counted = _count_of(totals, weight, np.rint(folded), exact.get(""), users)
+    counted = _count_of(totals, "jobs", np.rint(summed[len(names) :]), exact.get(""), users)
     return _from_totals(totals, counted, held_cost)
 
 

@@ -496,11 +496,12 @@ job_usage = sa.Table(
     sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *USAGE_PLACE),
 )
 # The jobs across a report period's ends (reports/rollups.py `boundary_cells`): found
-# in the index, by end then start, without reading the rows of the others.
-sa.Index(None, job_usage.c.end_time, job_usage.c.start_time)
+# in the index, by end then start, without reading the rows of the others (the cluster
+# first: SQLite without statistics prefers an index its equality test can use).
+sa.Index(None, job_usage.c.cluster, job_usage.c.end_time, job_usage.c.start_time)
 sa.Index(None, job_usage.c.start_time)
 # Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
-sa.Index(None, job_usage.c.user, job_usage.c.end_time)
+sa.Index(None, job_usage.c.cluster, job_usage.c.user, job_usage.c.end_time)
 
 # Per UTC day, owner and place: the prorated sums of `job_usage` (the days each job
 # touches, by the part of the job inside each day).

@@ -336,7 +336,10 @@ def refold(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> int:
 
 
 def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float]]) -> None:
-    """Rewrite the `usage_daily` rows of these (user, days) from their `job_usage` rows."""
+    """Rewrite the `usage_daily` and `usage_monthly` rows of these (user, days).
+
+    The days from their `job_usage` rows, then those users' months from their days.
+    """
     u, d = job_usage.c, usage_daily.c
     for user, days in slices.items():
         if not days:
@@ -358,8 +361,15 @@ def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float
         rows = daily_of(cells, days)
         if rows:
             conn.execute(sa.insert(usage_daily), rows)
-        for month in sorted({month_of(day) for day in days}):
-            _sum_month(conn, cluster, month, user)
+    # Then their months: one query per month for all of its users (a bulk batch touches
+    # many users, few months).
+    months: dict[float, set[str]] = defaultdict(set)
+    for user, days in slices.items():
+        for day in days:
+            months[month_of(day)].add(user)
+    for month, users in sorted(months.items()):
+        for at in range(0, len(users), CHUNK):
+            _sum_month(conn, cluster, month, sorted(users)[at : at + CHUNK])
 
 
 def blank_model_node(d: Any) -> Any:
@@ -372,14 +382,16 @@ def blank_model_node(d: Any) -> Any:
     return sa.case((d.gpu_model == blank, d.node), else_=blank)
 
 
-def _sum_month(conn: sa.Connection, cluster: str, month: float, user: str | None) -> None:
-    """Rewrite the `usage_monthly` rows of a month (of one user, or all) from its days."""
+def _sum_month(
+    conn: sa.Connection, cluster: str, month: float, users: Sequence[str] | None
+) -> None:
+    """Rewrite the `usage_monthly` rows of a month (of these users, or all) from its days."""
     d, m = usage_daily.c, usage_monthly.c
     stale = sa.delete(usage_monthly).where(m.cluster == cluster, m.month == month)
     days = sa.and_(d.cluster == cluster, d.day >= month, d.day < next_month(month))
-    if user is not None:
-        stale = stale.where(m.user == user)
-        days = sa.and_(days, d.user == user)
+    if users is not None:
+        stale = stale.where(m.user.in_(users))
+        days = sa.and_(days, d.user.in_(users))
     conn.execute(stale)
     node = blank_model_node(d)
     dims = [d.user, d.account, d.partition, node, d.gpu_model, d.slot_kind, d.mig_profile, d.share]

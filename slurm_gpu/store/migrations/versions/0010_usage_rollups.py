@@ -96,14 +96,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *PLACE, name=op.f("pk_job_usage")),
     )
     op.create_index(
-        op.f("ix_job_usage_end_time_start_time"),
+        op.f("ix_job_usage_cluster_end_time_start_time"),
         "job_usage",
-        ["end_time", "start_time"],
+        ["cluster", "end_time", "start_time"],
         unique=False,
     )
     op.create_index(op.f("ix_job_usage_start_time"), "job_usage", ["start_time"], unique=False)
     op.create_index(
-        op.f("ix_job_usage_user_end_time"), "job_usage", ["user", "end_time"], unique=False
+        op.f("ix_job_usage_cluster_user_end_time"),
+        "job_usage",
+        ["cluster", "user", "end_time"],
+        unique=False,
     )
     op.create_table(
         "usage_daily",
@@ -149,7 +152,7 @@ def downgrade() -> None:
     """Revert this revision."""
     op.drop_table("usage_monthly")
     op.drop_table("usage_daily")
-    op.drop_index(op.f("ix_job_usage_user_end_time"), "job_usage")
+    op.drop_index(op.f("ix_job_usage_cluster_user_end_time"), "job_usage")
     op.drop_index(op.f("ix_job_usage_start_time"), "job_usage")
-    op.drop_index(op.f("ix_job_usage_end_time_start_time"), "job_usage")
+    op.drop_index(op.f("ix_job_usage_cluster_end_time_start_time"), "job_usage")
     op.drop_table("job_usage")
