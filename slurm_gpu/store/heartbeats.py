@@ -34,6 +34,10 @@ __all__ = ["extended", "newest_per_node", "read_heartbeats", "write_heartbeats"]
 
 log = logging.getLogger(__name__)
 
+# Up to this many nodes are selected by an IN list; beyond, every heartbeat of the cluster
+# (one row a node) is read and filtered here, which stays cheap at 10^4 nodes.
+_IN_LIST_MAX = 500
+
 
 def newest_per_node(rows: Iterable[NodeHeartbeat]) -> dict[str, NodeHeartbeat]:
     """Each node's newest heartbeat of `rows` (one statement may write a node once)."""
@@ -75,13 +79,15 @@ def read_heartbeats(
     """
     h = node_heartbeats.c
     query = sa.select(h.node, h.tick, h.slots).where(h.cluster == cluster)
-    if nodes is not None:
-        wanted = sorted(set(nodes))
-        if not wanted:
-            return {}
-        query = query.where(h.node.in_(wanted))
+    wanted = None if nodes is None else set(nodes)
+    if wanted is not None and not wanted:
+        return {}
+    if wanted is not None and len(wanted) <= _IN_LIST_MAX:
+        query = query.where(h.node.in_(sorted(wanted)))
     found: dict[str, NodeHeartbeat] = {}
     for node, tick, slots in conn.execute(query):
+        if wanted is not None and node not in wanted:
+            continue  # many nodes: the cluster's rows were read (one a node), not an IN list
         decoded = _decode_slots(slots)
         if decoded is None:
             log.error(

@@ -156,3 +156,17 @@ def test_upgrade_from_0010_keeps_activity_and_then_takes_heartbeats(store_at_001
 
     assert ("0011", rows) == (store.current_revision(), after)
     assert {7: T0 + 300, 8: T0 + 30} == {j: r for j, (r, _, _) in readings(store).items()}
+
+
+def test_many_nodes_are_carried_each_by_its_own_heartbeat(store: Store) -> None:
+    """600 nodes (beyond the IN list): each row carried by its node's heartbeat alone."""
+    nodes = [f"n{i:03d}" for i in range(600)]
+    store.add_activity([activity(i, node=node) for i, node in enumerate(nodes)])
+    store.add_heartbeats(
+        [NodeHeartbeat(node, T0 + 100 + i, ("GPU-0",)) for i, node in enumerate(nodes)]
+    )
+    store.add_heartbeats([NodeHeartbeat("elsewhere", T0 + 900, ("GPU-0",))])
+
+    expected = {i: T0 + 100 + i for i in range(600)}
+    assert expected == {j: r for j, (r, _, _) in readings(store).items()}
+    assert {7: T0 + 107} == {r.job_id: r.last_reading for r in store.activity([7])}
