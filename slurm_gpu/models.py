@@ -381,8 +381,10 @@ class NodeHeartbeat:
 class GpuActivity:
     """What the node agent last knew about one GPU of one running job.
 
-    Shipped every tick (one row per job and GPU, replaced), so the controller sees data
-    no older than an agent interval plus shipping time.
+    One row per job and slot, replaced. The agent ships a new one only when what it says
+    changes (or every `[node] activity_refresh`); in between, the node's NodeHeartbeat
+    carries it forward (`Store.activity`), so the controller sees data no older than an
+    agent interval plus shipping time.
 
     Attributes:
         last_reading: end of the newest window read from this GPU for this job.

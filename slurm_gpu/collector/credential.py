@@ -18,7 +18,14 @@ from typing import Protocol
 
 from slurm_gpu.collector.wire import Refusal, WireBatch, digest
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.models import GpuActivity, GpuInterval, GpuPhysicalInterval, JobEvent, JobGpuSummary
+from slurm_gpu.models import (
+    GpuActivity,
+    GpuInterval,
+    GpuPhysicalInterval,
+    JobEvent,
+    JobGpuSummary,
+    NodeHeartbeat,
+)
 from slurm_gpu.munge import (
     EMUNGE_CRED_EXPIRED,
     EMUNGE_CRED_REPLAYED,
@@ -183,12 +190,15 @@ def decode_rows(batch: WireBatch) -> DecodedBatch:
             decoded.add(row.kind, row.payload)
         except OutboxError as exc:
             raise Refusal(400, "malformed", f"rows[{number}] ({row.key}): {exc}") from None
-    owned: list[JobEvent | GpuActivity | GpuInterval | GpuPhysicalInterval | JobGpuSummary] = [
+    owned: list[
+        JobEvent | GpuActivity | GpuInterval | GpuPhysicalInterval | JobGpuSummary | NodeHeartbeat
+    ] = [
         *decoded.events,
         *decoded.activity,
         *decoded.intervals,
         *decoded.physical,
         *decoded.summaries,
+        *decoded.heartbeats,  # else a node could keep another's stale rows looking fresh
     ]
     for model in owned:
         if model.node != batch.node:

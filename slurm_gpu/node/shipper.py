@@ -80,7 +80,7 @@ class StoreSink(Protocol):
         """Replaces running jobs' recent GPU activity; returns rows written."""
         ...
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Drops the activity rows of jobs that are summarized."""
         ...
 
@@ -189,7 +189,7 @@ def write_batch(store: StoreSink, node: str, batch: DecodedBatch) -> None:
         store.add_physical_intervals(batch.physical)
     if batch.summaries:
         store.add_summaries(batch.summaries)
-        store.forget_activity(sorted({s.job_id for s in batch.summaries}))
+        store.forget_activity(sorted({s.job_id for s in batch.summaries}), node)
     if batch.heartbeats:
         # After the activity rows: a heartbeat vouches for the rows its tick left standing,
         # so it is committed only once they are (and after an ended job's are forgotten).

@@ -69,7 +69,7 @@ def write_batches(
             written += store._add_summaries(conn, batch.summaries)
             written += _flush(store, conn, activity)  # stored before any is forgotten
             jobs = sorted({s.job_id for s in batch.summaries})
-            store._forget_activity(conn, jobs)
+            store._forget_activity(conn, jobs, node)
             refold.update(jobs)
     written += _flush(store, conn, activity)
     # After every activity row, as write_batch writes each batch's last; the newest of

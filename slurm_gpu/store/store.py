@@ -840,16 +840,22 @@ class Store:
         with self.writing(f"adding {len(rows)} node heartbeats") as conn:
             return heartbeats.write_heartbeats(conn, self.cluster, rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
-        """Drop finished jobs' activity rows (their summaries now hold the record)."""
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
+        """Drop finished jobs' activity rows (their summaries now hold the record).
+
+        node: only that node's rows (its agent summarized the jobs there). A job's rows on
+        another node stay: that node's agent ships them only when they change, so deleting
+        them would leave its still-running part unknown until its next change.
+        """
         if job_ids:
             with self.writing("removing finished jobs' activity") as conn:
-                self._forget_activity(conn, job_ids)
+                self._forget_activity(conn, job_ids, node)
 
-    def _forget_activity(self, conn: sa.Connection, job_ids: Sequence[int]) -> None:
-        conn.execute(
-            gpu_activity.delete().where(
-                gpu_activity.c.cluster == self.cluster,
-                gpu_activity.c.job_id.in_(list(job_ids)),
-            )
-        )
+    def _forget_activity(
+        self, conn: sa.Connection, job_ids: Sequence[int], node: str | None = None
+    ) -> None:
+        a = gpu_activity.c
+        where = [a.cluster == self.cluster, a.job_id.in_(list(job_ids))]
+        if node is not None:
+            where.append(a.node == node)
+        conn.execute(gpu_activity.delete().where(*where))

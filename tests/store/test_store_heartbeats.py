@@ -170,3 +170,16 @@ def test_many_nodes_are_carried_each_by_its_own_heartbeat(store: Store) -> None:
     expected = {i: T0 + 100 + i for i in range(600)}
     assert expected == {j: r for j, (r, _, _) in readings(store).items()}
     assert {7: T0 + 107} == {r.job_id: r.last_reading for r in store.activity([7])}
+
+
+def test_a_nodes_summary_forgets_only_that_nodes_rows(store: Store) -> None:
+    """Job 7 runs on gpu1 and gpu2; gpu1's part ends: gpu2's row stays for the controller.
+
+    gpu2's agent ships that row again only when it changes, so deleting it with gpu1's would
+    leave gpu2's still-running part unknown until then.
+    """
+    store.add_activity([activity(7, "gpu1"), activity(7, "gpu2", "GPU-9")])
+    store.forget_activity([7], "gpu1")
+    assert [(7, "gpu2")] == [(r.job_id, r.node) for r in store.activity()]
+    store.forget_activity([7])
+    assert [] == store.activity()

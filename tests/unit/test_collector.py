@@ -30,7 +30,7 @@ from slurm_gpu.collector.wire import (
 from slurm_gpu.collector.writer import BatchWriter
 from slurm_gpu.config import read_config
 from slurm_gpu.errors import ConfigError, StoreError
-from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
+from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, NodeHeartbeat
 from slurm_gpu.munge import EMUNGE_CRED_EXPIRED, EMUNGE_CRED_REPLAYED, MungeCredential, MungeError
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.outbox import encode, fields_of
@@ -147,7 +147,7 @@ class RecordingStore:
         self._enter()
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         self._enter()
 
     def add_heartbeats(self, rows: Sequence[object]) -> int:
@@ -339,6 +339,17 @@ def test_event_of_another_node_is_refused(collector: Collector) -> None:
     body = body_of("gpu1", [WireRow("event", event.key, encode(fields_of(event)))])
     refusal = refusal_of(collector, body, signed(munge, body))
     assert (403, "foreign_rows") == (refusal.status, refusal.reason)
+
+
+def test_heartbeat_of_another_node_is_refused(collector: Collector) -> None:
+    """gpu2's heartbeat in gpu1's batch: 403 foreign_rows (it would keep gpu2's stale rows fresh)."""
+    munge = collector.check.decoder
+    assert isinstance(munge, FakeMunge)
+    beat = NodeHeartbeat("gpu2", NOW, ("GPU-b",))
+    body = body_of("gpu1", [WireRow("heartbeat", "heartbeat:gpu2", encode(fields_of(beat)))])
+    refusal = refusal_of(collector, body, signed(munge, body))
+    assert (403, "foreign_rows") == (refusal.status, refusal.reason)
+    assert "batch of node 'gpu1' holds a NodeHeartbeat of node 'gpu2'" == str(refusal)
 
 
 def test_oversized_body_is_refused(store: RecordingStore) -> None:

@@ -59,7 +59,7 @@ class Recorder:
         self.calls.append("activity")
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         self.calls.append("forget")
 
     def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:

@@ -69,7 +69,7 @@ class FakeStore:
         self._check("activity")
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         self._check("forget")
 
 

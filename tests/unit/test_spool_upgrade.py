@@ -246,7 +246,7 @@ class RecordingStore:
         self.activity += rows
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         pass
 
 
