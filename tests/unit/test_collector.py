@@ -342,7 +342,7 @@ def test_event_of_another_node_is_refused(collector: Collector) -> None:
 
 
 def test_heartbeat_of_another_node_is_refused(collector: Collector) -> None:
-    """gpu2's heartbeat in gpu1's batch: 403 foreign_rows (it would keep gpu2's stale rows fresh)."""
+    """gpu2's heartbeat in gpu1's batch: 403 foreign_rows (it would keep gpu2's rows fresh)."""
     munge = collector.check.decoder
     assert isinstance(munge, FakeMunge)
     beat = NodeHeartbeat("gpu2", NOW, ("GPU-b",))
