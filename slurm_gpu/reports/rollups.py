@@ -59,6 +59,7 @@ from slurm_gpu.store.schema import (
     job_usage,
     usage_daily,
     usage_monthly,
+    usage_unfolded,
 )
 
 DAY = usage_rollup.DAY
@@ -433,7 +434,7 @@ def _raw_part(
     lag: float | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Sums and members of the period's jobs the rollups do not hold, the old way."""
-    ids = queries.unfolded_job_ids(store, since, until)
+    ids = unfolded_job_ids(store, since, until)
     empty = pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
     if not ids:
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
@@ -698,9 +699,26 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     )
 
 
+def unfolded_job_ids(store: Store, since: float, until: float) -> list[int]:
+    """Jobs of the window (`jobs_in_window`'s test) that have no `job_usage` row.
+
+    From `usage_unfolded` (kept by every refold): what is read grows with the jobs not
+    folded (running, no summary yet), not with every job of the window.
+    """
+    f = usage_unfolded.c
+    query = sa.select(f.job_id).where(
+        f.cluster == store.cluster,
+        f.began.is_not(None),
+        f.began <= until,
+        sa.or_(f.end_time.is_(None), f.end_time >= since),
+    )
+    with store.reading("reading the jobs not in the usage rollups") as conn:
+        return sorted(int(i) for (i,) in conn.execute(query))
+
+
 def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> Usage:
     """The jobs that ended before `before` and are not folded (no summary), from raw rows."""
-    ids = queries.unfolded_job_ids(store, 0.0, before)
+    ids = unfolded_job_ids(store, 0.0, before)
     if not ids:
         return Usage(pd.DataFrame(columns=["job_id", "end_time"]), pd.DataFrame(columns=["job_id"]))
     usage = load_usage(

@@ -536,6 +536,18 @@ usage_monthly = sa.Table(
     sa.PrimaryKeyConstraint("cluster", "month", "user", "account", "partition", *USAGE_PLACE),
 )
 
+# The jobs of `jobs` that have no `job_usage` row (running, no summary yet, no start or
+# no end: the reports read them from raw rows), kept by every refold, so that a report
+# finds them without testing every job of its period.
+usage_unfolded = sa.Table(
+    "usage_unfolded",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    _time("began", nullable=True),  # start time, else submit time (jobs_in_window's test)
+    _time("end_time", nullable=True),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -556,4 +568,5 @@ ALL_TABLES = (
     job_usage,
     usage_daily,
     usage_monthly,
+    usage_unfolded,
 )

@@ -53,6 +53,7 @@ from slurm_gpu.store.schema import (
     jobs,
     usage_daily,
     usage_monthly,
+    usage_unfolded,
 )
 
 DAY = 86400.0
@@ -328,11 +329,30 @@ def refold(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> int:
     new = job_cells(conn, cluster, job_ids)
     if new:
         conn.execute(sa.insert(job_usage), new)
+    _mark_unfolded(conn, cluster, job_ids, {int(c["job_id"]) for c in new})
     affected = _slices(old)
     for user, days in _slices(new).items():
         affected[user] |= days
     _recompute(conn, cluster, affected)
     return len(new)
+
+
+def _mark_unfolded(
+    conn: sa.Connection, cluster: str, job_ids: Sequence[int], folded: set[int]
+) -> None:
+    """Keep `usage_unfolded` for these jobs: those of `jobs` not in `folded` are listed."""
+    j, f = jobs.c, usage_unfolded.c
+    for chunk in _chunks(job_ids):
+        conn.execute(sa.delete(usage_unfolded).where(f.cluster == cluster, f.job_id.in_(chunk)))
+        rest = [i for i in chunk if i not in folded]
+        if not rest:
+            continue
+        query = sa.select(
+            sa.literal(cluster), j.job_id, sa.func.coalesce(j.start_time, j.submit_time), j.end_time
+        ).where(j.cluster == cluster, j.job_id.in_(rest))
+        conn.execute(
+            sa.insert(usage_unfolded).from_select(["cluster", "job_id", "began", "end_time"], query)
+        )
 
 
 def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float]]) -> None:
@@ -424,6 +444,11 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
         else [c for (c,) in conn.execute(sa.select(s.cluster).distinct())]
     )
     written = 0
+    j_clusters = (
+        [cluster]
+        if cluster is not None
+        else [c for (c,) in conn.execute(sa.select(j.cluster).distinct())]
+    )
     for name in clusters:
         query = (
             sa.select(s.job_id)
@@ -463,4 +488,19 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
             stored = stored.where(d.day >= first)
         for month in sorted({month_of(float(day)) for (day,) in conn.execute(stored)}):
             _sum_month(conn, name, month, None)
+    for name in j_clusters:
+        _list_unfolded(conn, name)
     return written
+
+
+def _list_unfolded(conn: sa.Connection, cluster: str) -> None:
+    """Rewrite `usage_unfolded` of a cluster: its jobs with no `job_usage` row."""
+    j, u, f = jobs.c, job_usage.c, usage_unfolded.c
+    conn.execute(sa.delete(usage_unfolded).where(f.cluster == cluster))
+    folded = sa.select(u.job_id).where(u.cluster == j.cluster, u.job_id == j.job_id).exists()
+    query = sa.select(
+        sa.literal(cluster), j.job_id, sa.func.coalesce(j.start_time, j.submit_time), j.end_time
+    ).where(j.cluster == cluster, ~folded)
+    conn.execute(
+        sa.insert(usage_unfolded).from_select(["cluster", "job_id", "began", "end_time"], query)
+    )

@@ -29,7 +29,7 @@ from slurm_gpu.reports.rollups import BUCKET_NOTE, build_report_from_rollups
 from slurm_gpu.reports.summary import GROUP_KEYS, Report, build_report
 from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store
-from slurm_gpu.store.schema import job_usage, usage_daily, usage_monthly
+from slurm_gpu.store.schema import job_usage, usage_daily, usage_monthly, usage_unfolded
 from slurm_gpu.store.usage_rollup import wait_bucket
 
 UTC = dt.UTC
@@ -393,7 +393,7 @@ def _tables(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     with store.reading("test") as conn:
         return {
             t.name: sorted(tuple(r) for r in conn.execute(sa.select(t)))
-            for t in (job_usage, usage_daily, usage_monthly)
+            for t in (job_usage, usage_daily, usage_monthly, usage_unfolded)
         }
 
 
@@ -410,6 +410,8 @@ def test_rebuilt_rollups_equal_those_written_at_ingest(store: Store) -> None:
     """`rebuild_rollups` (all, and --since a day) writes what ingest wrote."""
     ingested = _tables(store)
     assert ingested["job_usage"] and ingested["usage_daily"] and ingested["usage_monthly"]
+    # The running job and the ended one whose summary never came: read from raw rows.
+    assert [r[1] for r in ingested["usage_unfolded"]] == [900, 901]
     store.rebuild_rollups()
     _approx_tables(ingested, _tables(store))
     store.rebuild_rollups(since=NOV + 10.5 * 24 * H)
@@ -453,6 +455,7 @@ def test_db_rebuild_rollups_command_rebuilds_them(store: Store) -> None:
 
     ingested = _tables(store)
     with store.writing("test") as conn:
+        conn.execute(sa.delete(usage_unfolded))
         conn.execute(sa.delete(usage_monthly))
         conn.execute(sa.delete(usage_daily))
         conn.execute(sa.delete(job_usage))

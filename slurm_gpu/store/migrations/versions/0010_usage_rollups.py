@@ -142,6 +142,14 @@ def upgrade() -> None:
             name=op.f("pk_usage_monthly"),
         ),
     )
+    op.create_table(
+        "usage_unfolded",
+        sa.Column("cluster", sa.String(length=NAME), nullable=False),
+        sa.Column("job_id", sa.BigInteger(), autoincrement=False, nullable=False),
+        sa.Column("began", sa.Double(), nullable=True),
+        sa.Column("end_time", sa.Double(), nullable=True),
+        sa.PrimaryKeyConstraint("cluster", "job_id", name=op.f("pk_usage_unfolded")),
+    )
     # The rows stored before this revision, folded as ingest folds new ones.
     from slurm_gpu.store import usage_rollup
 
@@ -150,6 +158,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Revert this revision."""
+    op.drop_table("usage_unfolded")
     op.drop_table("usage_monthly")
     op.drop_table("usage_daily")
     op.drop_index(op.f("ix_job_usage_cluster_user_end_time"), "job_usage")
