@@ -43,6 +43,8 @@ class StepStats:
 
 
 class Client:
+    """The simulated agents of one process: their ticks, signatures and POSTs."""
+
     def __init__(
         self,
         host: str,
@@ -140,11 +142,8 @@ class Client:
     async def _post(self, body: bytes, credential: str) -> str:
         reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
-            writer.write(
-                self.request_head
-                + f"{CREDENTIAL_HEADER}: {credential}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-                + body
-            )
+            head = f"{CREDENTIAL_HEADER}: {credential}\r\nContent-Length: {len(body)}\r\n\r\n"
+            writer.write(self.request_head + head.encode() + body)
             await writer.drain()
             status_line = await reader.readline()
             parts = status_line.split()

@@ -60,14 +60,17 @@ def heartbeat_mode() -> bool:
 
 
 def node_name(number: int) -> str:
+    """The simulated node `number`'s Slurm name."""
     return f"gpu{number:05d}"
 
 
 def gpu_uuid(number: int, gpu: int) -> str:
+    """The UUID of GPU `gpu` of node `number` (unique over the cluster)."""
     return f"GPU-{number:08x}-5ca1-4e00-8000-{gpu:012x}"
 
 
 def job_of(number: int) -> int:
+    """The one job running on node `number`'s 8 GPUs."""
     return 1_000_000 + number
 
 
@@ -194,6 +197,7 @@ class SimNode:
 
     @property
     def name(self) -> str:
+        """Its Slurm node name."""
         return node_name(self.number)
 
 

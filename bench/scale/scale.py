@@ -23,10 +23,13 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from client import StepStats, percentile, serve
@@ -44,18 +47,22 @@ HOLD_SHARE = 0.97  # a step holds when this share of its rows was accepted in it
 
 
 def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def wait_for(what: str, ready: callable, seconds: float, proc: subprocess.Popen | None) -> None:  # type: ignore[valid-type,type-arg]
+def wait_for(
+    what: str, ready: Callable[[], object], seconds: float, proc: subprocess.Popen[bytes] | None
+) -> None:
+    """Waits until `ready()` is true (exceptions: not yet); raises if `proc` exits first."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode} while starting")
         try:
-            if ready():  # type: ignore[misc]
+            if ready():
                 return
         except Exception:  # not up yet
             pass
@@ -65,8 +72,8 @@ def wait_for(what: str, ready: callable, seconds: float, proc: subprocess.Popen 
 
 @contextmanager
 def started(
-    what: str, proc: subprocess.Popen, sig: int = signal.SIGTERM
-) -> Iterator[subprocess.Popen]:  # type: ignore[type-arg]
+    what: str, proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM
+) -> Iterator[subprocess.Popen[bytes]]:
     """Stops `proc` (by its pid) when the block ends, however it ends."""
     try:
         yield proc
@@ -81,12 +88,18 @@ def started(
                 proc.wait()
 
 
-def as_user(user: str) -> dict[str, object]:
+def _connects(url: str) -> bool:
+    psycopg.connect(url, connect_timeout=2).close()
+    return True
+
+
+def as_user(user: str) -> dict[str, Any]:
+    """Popen's arguments that run a command as `user` (and its group only)."""
     return {"user": user, "group": user, "extra_groups": []}
 
 
-def start_munged(stack: ExitStack, work: Path, threads: int) -> str:
-    """munged with a fresh key on a socket of its own; returns the socket's path."""
+def start_munged(stack: ExitStack, work: Path, threads: int) -> tuple[str, int]:
+    """munged with a fresh key on a socket of its own; returns (its socket, its pid)."""
     home = work / "munge"
     home.mkdir()
     subprocess.run(["chown", "munge:munge", str(home)], check=True)
@@ -94,11 +107,10 @@ def start_munged(stack: ExitStack, work: Path, threads: int) -> str:
     subprocess.run(
         ["mungekey", "-c", "-k", str(home / "munge.key"), "-b", "1024"],
         check=True,
-        **as_user("munge"),  # type: ignore[arg-type]
+        **as_user("munge"),
     )
     sock = home / "munge.sock"
-    log = open(work / "munged.out", "wb")
-    stack.callback(log.close)
+    log = stack.enter_context(open(work / "munged.out", "wb"))  # noqa: SIM115 (the stack closes it)
     proc = subprocess.Popen(
         [
             "munged",
@@ -112,11 +124,11 @@ def start_munged(stack: ExitStack, work: Path, threads: int) -> str:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        **as_user("munge"),  # type: ignore[arg-type]
+        **as_user("munge"),
     )
     stack.enter_context(started("munged", proc))
     wait_for("munged", sock.exists, 20, proc)
-    return str(sock)
+    return str(sock), proc.pid
 
 
 def start_postgres(stack: ExitStack, work: Path) -> tuple[str, str]:
@@ -146,11 +158,10 @@ def start_postgres(stack: ExitStack, work: Path) -> tuple[str, str]:
         ],
         check=True,
         stdout=subprocess.DEVNULL,
-        **as_user("postgres"),  # type: ignore[arg-type]
+        **as_user("postgres"),
     )
     port = free_port()
-    log = open(work / "postgres.out", "wb")
-    stack.callback(log.close)
+    log = stack.enter_context(open(work / "postgres.out", "wb"))  # noqa: SIM115 (the stack closes it)
     proc = subprocess.Popen(
         [
             str(PG_BIN / "postgres"),
@@ -165,14 +176,12 @@ def start_postgres(stack: ExitStack, work: Path) -> tuple[str, str]:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        **as_user("postgres"),  # type: ignore[arg-type]
+        **as_user("postgres"),
     )
     # SIGINT: PostgreSQL's fast shutdown
     stack.enter_context(started("postgres", proc, signal.SIGINT))
     admin = f"postgresql://postgres:{password}@127.0.0.1:{port}/postgres"
-    wait_for(
-        "postgres", lambda: psycopg.connect(admin, connect_timeout=2).close() is None, 60, proc
-    )
+    wait_for("postgres", lambda: _connects(admin), 60, proc)
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute("CREATE DATABASE slurm_gpu")
     store = f"postgresql+psycopg://postgres:{password}@127.0.0.1:{port}/slurm_gpu"
@@ -240,6 +249,31 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@dataclass(frozen=True)
+class Cpu:
+    """CPU seconds used by what the bench started (NaN: not started by it)."""
+
+    collector: float
+    postgres: float
+    munged: float
+
+    @classmethod
+    def now(cls, collector: int, postgres: int | None, munged: int) -> Cpu:
+        """Their CPU seconds so far."""
+        return cls(
+            cpu_seconds(collector),
+            children_cpu(postgres) if postgres else math.nan,
+            cpu_seconds(munged) if munged else math.nan,
+        )
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(
+            self.collector - other.collector,
+            self.postgres - other.postgres,
+            self.munged - other.munged,
+        )
+
+
 def children_cpu(parent: int) -> float:
     """CPU of `parent` and its live children (PostgreSQL's backends)."""
     total = cpu_seconds(parent)
@@ -265,11 +299,13 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
 
     def reset(self) -> tuple[int, float]:
+        """The most connections and queue depth seen since the last reset."""
         seen = self.max_connections, self.max_queue
         self.max_connections, self.max_queue = 0, 0.0
         return seen
 
     def run(self) -> None:
+        """Samples every 0.25 s until `stop` is set."""
         with psycopg.connect(self.admin, autocommit=True) as conn:
             while not self.stop.wait(0.25):
                 row = conn.execute(
@@ -287,7 +323,14 @@ class Sampler(threading.Thread):
                     pass
 
 
+def _end_process(proc: BaseProcess) -> None:
+    """Ends a client process (by its pid) and waits for it."""
+    proc.terminate()
+    proc.join(10)
+
+
 def merge(stats: list[StepStats]) -> StepStats:
+    """The client processes' figures of one step, summed."""
     out = StepStats()
     for s in stats:
         out.due += s.due
@@ -328,8 +371,10 @@ def code_version(source: str | None) -> str:
 
 
 def step_seconds(multiple: float, hold: float) -> tuple[float, bool]:
-    """(seconds, whole): at least `hold`, in whole sealing cycles (each node's interval rows
-    once or more) where a cycle is not much longer than `hold`, else in whole ticks.
+    """(seconds, whole): the step's length, at least `hold`.
+
+    In whole sealing cycles (every node's interval rows once or more) where a cycle is not
+    much longer than `hold`, else in whole ticks.
     """
     cycle = INTERVAL * TICKS_PER_PERIOD / multiple
     if cycle <= 1.5 * hold:
@@ -365,14 +410,17 @@ class Step:
             and self.lag99 <= period
         )
 
-    def line(self, conns: int, queue: float, coll_cpu: float, pg_cpu: float) -> str:
+    def line(self, conns: int, queue: float, used: Cpu) -> str:
+        """The step's row of the table."""
         s = self.seconds
         ratio = f"{self.ratio:.2f}{'' if self.whole else '*'}"
         return (
             f"{self.multiple:>6g} {s:>4.0f} {self.offered:>9,.0f} {self.rate:>9,.0f} {ratio:>6}"
             f" {self.p50 * 1000:>8.1f} {self.p99 * 1000:>8.1f} {self.lag99 * 1000:>8.1f}"
-            f" {self.refused:>5} {self.errors:>4} {conns:>5} {queue:>5.0f} {coll_cpu / s:>5.2f}"
-            f" {pg_cpu / s:>5.2f} {self.stats.cpu_seconds / s:>5.2f}  {'yes' if self.holds else 'no'}"
+            f" {self.refused:>5} {self.errors:>4} {conns:>5} {queue:>5.0f}"
+            f" {used.collector / s:>5.2f} {used.postgres / s:>5.2f} {used.munged / s:>5.2f}"
+            f" {self.stats.cpu_seconds / s:>5.2f}"
+            f"  {'yes' if self.holds else 'no'}"
         )
 
 
@@ -381,6 +429,7 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 def main() -> int:
+    """Runs the bench; 0 when a step held, 1 when none did."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument(
@@ -474,7 +523,11 @@ def main() -> int:
         else:
             print(f"scale: work folder {work}")
         t0 = time.monotonic()
-        munge_socket = args.munge_socket or start_munged(stack, work, args.munge_threads)
+        munge_socket, munged_pid = (
+            (args.munge_socket, 0)
+            if args.munge_socket
+            else start_munged(stack, work, args.munge_threads)
+        )
         if args.pg_url:
             store_url, admin, database = use_existing_pg(stack, args.pg_url)
             pg_pid = None
@@ -512,8 +565,7 @@ def main() -> int:
         collector_config(
             config, store_url, f"127.0.0.1:{port}", munge_socket, args.nodes, pool_size, queue_depth
         )
-        log = open(work / "collector.log", "wb")
-        stack.callback(log.close)
+        log = stack.enter_context(open(work / "collector.log", "wb"))
         collector = subprocess.Popen(
             [*slurm_gpu, "--config", str(config), "collector", "run"],
             stdout=log,
@@ -552,19 +604,30 @@ def main() -> int:
                 daemon=True,
             )
             proc.start()
-            stack.callback(lambda p=proc: (p.terminate(), p.join(10)))
+            stack.callback(_end_process, proc)
             pipes.append(mine)
         sampler = Sampler(admin, database, base + "/metrics")
         sampler.start()
         stack.callback(sampler.stop.set)
 
+        where = "at --pg-url" if args.pg_url else "of its own"
+        seeding = (
+            f"seeded into the store ({seeded:.0f}s)"
+            if args.seed
+            else "not in the store (--seed writes them, about 9 ms a node)"
+        )
+        cadence = (
+            f"a heartbeat a tick, activity on change ({args.change:g} of GPU-ticks) or every 300s"
+            if heartbeat
+            else "activity every tick"
+        )
         print(
             f"scale: {args.nodes} nodes x 8 GPUs, 1 collector (pool_size {pool_size},"
-            f" queue_depth {queue_depth}), PostgreSQL {'at --pg-url' if args.pg_url else 'of its own'},"
+            f" queue_depth {queue_depth}), PostgreSQL {where},"
             f" {args.clients} client process(es); setup {setup:.1f}s"
         )
         print(
-            f"scale: the nodes' jobs and inventories are {f'seeded into the store ({seeded:.0f}s)' if args.seed else 'not in the store (--seed writes them, about 9 ms a node)'};"
+            f"scale: the nodes' jobs and inventories are {seeding};"
             " the run starts at their second tick: the steps measure the steady cadence"
         )
         print(
@@ -575,24 +638,23 @@ def main() -> int:
         )
         print(f"scale: code: {code_version(args.source)}")
         print(
-            f"scale: cadence of this code: {f'a heartbeat a tick, activity on change ({args.change:g} of GPU-ticks) or every 300s' if heartbeat else 'activity every tick'}"
+            f"scale: cadence of this code: {cadence}"
             f" ([node] interval {INTERVAL:g}s, one batch per node per tick): required"
             f" {rows_1x:,.0f} rows/s, {batches_1x:,.0f} batches/s"
         )
 
         def run_step(
             multiple: float, seconds: float, every_node: bool = False
-        ) -> tuple[StepStats, float, float, int, float]:
+        ) -> tuple[StepStats, Cpu, int, float]:
             start_at = time.time() + 0.5
-            cpu_before = (cpu_seconds(collector.pid), children_cpu(pg_pid) if pg_pid else 0.0)
+            before = Cpu.now(collector.pid, pg_pid, munged_pid)
             sampler.reset()
             for p in pipes:
                 p.send(("step", multiple, start_at, seconds, every_node))
             stats = merge([p.recv() for p in pipes])
             conns, queue = sampler.reset()
-            coll_cpu = cpu_seconds(collector.pid) - cpu_before[0]
-            pg_cpu = (children_cpu(pg_pid) - cpu_before[1]) if pg_pid else math.nan
-            return stats, coll_cpu, pg_cpu, conns, queue
+            used = Cpu.now(collector.pid, pg_pid, munged_pid) - before
+            return stats, used, conns, queue
 
         if args.multiples == "auto":
             # A probe at 1x for two ticks: where the ladder starts (a power of two below the
@@ -608,7 +670,7 @@ def main() -> int:
         header = (
             f"{'x':>6} {'s':>4} {'offered/s':>9} {'rows/s':>9} {'ratio':>6} {'p50 ms':>8}"
             f" {'p99 ms':>8} {'p99 lag':>8} {'503':>5} {'err':>4} {'conns':>5}"
-            f" {'queue':>5} {'coll':>5} {'pg':>5} {'cli':>5}  holds"
+            f" {'queue':>5} {'coll':>5} {'pg':>5} {'munge':>5} {'cli':>5}  holds"
         )
         print(header)
         results: dict[float, Step] = {}
@@ -617,10 +679,10 @@ def main() -> int:
         def measure(multiple: float) -> Step:
             nonlocal max_conns
             seconds, whole = step_seconds(multiple, args.hold)
-            stats, coll_cpu, pg_cpu, conns, queue = run_step(multiple, seconds)
+            stats, used, conns, queue = run_step(multiple, seconds)
             max_conns = max(max_conns, conns)
             step = Step(multiple, seconds, whole, stats, rows_1x)
-            print(step.line(conns, queue, coll_cpu, pg_cpu), flush=True)
+            print(step.line(conns, queue, used), flush=True)
             results[multiple] = step
             return step
 
@@ -663,7 +725,8 @@ def main() -> int:
             " step is not whole 60s cycles, ratio = multiple x share accepted); p50/p99 ="
             " ship latency (sign + POST + answer); lag = how late the clients sent;"
             " conns = most client connections to the bench's database (pg_stat_activity);"
-            " queue = most batches waiting for a writer; cpu = cores used"
+            " queue = most batches waiting for a writer; coll, pg, munge, cli = cores used by"
+            " the collector, PostgreSQL, munged, the clients"
         )
         print(
             f"scale: connections to the store: max {max_conns} over the run,"

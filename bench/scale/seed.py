@@ -1,6 +1,8 @@
-"""Seeds the store with what every simulated node's first batch carries (its job's started
-event, its inventory), as the collector would write it, so the steps measure the steady
-cadence: jobs start at the cluster's job rate, not all 12,500 in the first tick.
+"""Seeds the store with every simulated node's job and inventory (bench/scale --seed).
+
+What each node's first batch carries (its job's started event, its inventory), written as
+the collector writes it (Store.write_batches), so the steps measure the steady cadence:
+jobs start at the cluster's job rate, not all 12,500 in the first tick.
 
 Usage: seed.py STORE_URL NODES ORIGIN  (run with the collector's code: --source)
 """
@@ -19,6 +21,7 @@ CLUSTER = "scale"  # [cluster] name of the collector's config
 
 
 def main() -> None:
+    """Writes the nodes' first rows, GROUP nodes a transaction."""
     url, nodes, origin = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     store = Store(url, cluster=CLUSTER)
     for first in range(0, nodes, GROUP):
