@@ -290,11 +290,16 @@ def rollup_sums(
                 else usage_rollup.blank_model_node(t).label("node")
             )
             dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
-            query = (
-                sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
-                .where(t.cluster == store.cluster, when >= low, when < high)
-                .group_by(*dims)
-            )
+            where = (t.cluster == store.cluster, when >= low, when < high)
+            if table is usage_monthly and usage_rollup.next_month(low) == high:
+                # One month: its rows are one per owner and place already.
+                query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
+            else:
+                query = (
+                    sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
+                    .where(*where)
+                    .group_by(*dims)
+                )
             rows += [tuple(r) for r in conn.execute(query)]
     return pd.DataFrame(rows, columns=names)
 
@@ -574,7 +579,9 @@ def _count_of(
     mean = (float(row[f"{weight}_wait_seconds"]) + float(waits.sum())) / waited
     if folded.sum() <= 0:
         return jobs, users, mean, float(np.percentile(waits, 95.0))
-    counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
+    counts = folded
+    if len(waits):
+        counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
     return jobs, users, mean, histogram_percentile(counts, 95.0)
 
 
