@@ -24,6 +24,7 @@ from slurm_gpu.collector.wire import CREDENTIAL_HEADER, PATH, digest
 from slurm_gpu.munge import Libmunge
 
 SLICE = 0.005  # the scheduler wakes this often and sends what is due
+DRAIN = 10.0  # seconds a step waits for its open requests after its end
 
 
 @dataclass
@@ -109,7 +110,13 @@ class Client:
             await asyncio.sleep(SLICE)
         stats.due = max(stats.due, total)  # ticks the step should have sent
         if tasks:
-            await asyncio.wait(tasks, timeout=self.timeout)
+            # Answers still open a while after the step: late; then abandoned (a step that
+            # leaves many has not held anyway), so the next step starts on time.
+            await asyncio.wait(tasks, timeout=DRAIN)
+            for task in list(tasks):
+                task.cancel()
+                stats.statuses["abandoned"] += 1
+            await asyncio.gather(*tasks, return_exceptions=True)
         stats.pending_rows = sum(len(nd.pending) for nd in self.nodes)
         stats.cpu_seconds = time.process_time() - cpu0
         return stats

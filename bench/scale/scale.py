@@ -370,6 +370,27 @@ def code_version(source: str | None) -> str:
     return f"{git('log', '-1', '--format=%h %s')[:90]}{dirty}"
 
 
+def settle(metrics_url: str, most: float = 30.0) -> None:
+    """Waits (up to `most` s) until the collector stops taking batches.
+
+    So the step before's backlog (requests its clients gave up on still reach the writers)
+    is written before the next step starts.
+    """
+    deadline = time.monotonic() + most
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(metrics_url, timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return
+        now = [ln for ln in text.splitlines() if ln.startswith("slurm_gpu_collector_batches_total")]
+        if now == last:
+            return
+        last = now
+        time.sleep(1.0)
+
+
 def step_seconds(multiple: float, hold: float) -> tuple[float, bool]:
     """(seconds, whole): the step's length, at least `hold`.
 
@@ -646,6 +667,7 @@ def main() -> int:
         def run_step(
             multiple: float, seconds: float, every_node: bool = False
         ) -> tuple[StepStats, Cpu, int, float]:
+            settle(base + "/metrics")
             start_at = time.time() + 0.5
             before = Cpu.now(collector.pid, pg_pid, munged_pid)
             sampler.reset()
