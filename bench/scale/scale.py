@@ -765,7 +765,14 @@ def main() -> int:
             f"scale: held {held:g}x production for {best.seconds:.0f}s: {best.rate:,.0f}"
             f" rows/s ({stats.ok / best.seconds:,.0f} batches/s) against {rows_1x:,.0f}"
             f" required; p50 {best.p50 * 1000:.1f} ms, p99 {best.p99 * 1000:.1f} ms;"
-            f" 503s {best.refused}" + (f"; failed at {failed:g}x" if failed else "")
+            f" 503s {best.refused}"
+            + (f"; failed at {failed:g}x" if failed else "")
+            + (
+                ""
+                if best.whole
+                else " (the step is part of a 60 s cycle: its rows/s may miss the minute's"
+                " interval rows, so the ratio is the multiple x the share accepted)"
+            )
         )
         print(
             f"scale: ratio={best.ratio:.2f} goal={GOAL:g} {'ok' if best.ratio >= GOAL else 'short'}"
