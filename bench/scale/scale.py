@@ -510,6 +510,13 @@ def main() -> int:
         " (default %(default)s; 0 = refresh only, 1 = every tick)",
     )
     parser.add_argument(
+        "--cadence",
+        choices=("auto", "ship-less", "every-tick"),
+        default="auto",
+        help="what the agents ship: auto (default) follows this code's shipper; every-tick"
+        " is activity every tick, no heartbeat (for a --source before ship-less)",
+    )
+    parser.add_argument(
         "--source",
         default=None,
         help="run the collector (and the store upgrade) from this source tree"
@@ -530,7 +537,7 @@ def main() -> int:
     defaults = CollectorSettings()
     pool_size = args.pool_size or defaults.pool_size
     queue_depth = args.queue_depth or defaults.queue_depth
-    heartbeat = heartbeat_mode()
+    heartbeat = heartbeat_mode() if args.cadence == "auto" else args.cadence == "ship-less"
     rows_1x, batches_1x = required_rates(args.nodes, heartbeat, args.change)
     check_templates(lambda body: decode_rows(decode_batch(body)))
 
@@ -563,6 +570,7 @@ def main() -> int:
         subprocess.run(
             [*slurm_gpu, "db", "upgrade", "--url", store_url],
             env=env,
+            cwd=work,  # not this checkout's folder: --source's tree comes first
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -592,6 +600,7 @@ def main() -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=work,  # not this checkout's folder: --source's tree comes first
         )
         stack.enter_context(started("collector", collector))
         base = f"http://127.0.0.1:{port}"
