@@ -266,8 +266,10 @@ def tick_rows(node: SimNode, heartbeat: bool, change: float = 0.0) -> list[str]:
                     since=repr(since),
                 )
             )
-    # the tick after a period ended seals it (the node's periods start at its origin)
-    if node.ticks % TICKS_PER_PERIOD == 0:
+    # The tick after a period ended seals it. Real agents' periods are whole minutes, so
+    # all nodes seal in the same tick; here the nodes' periods are staggered by a tick, so
+    # that every window of whole ticks holds its share of interval rows at any multiple.
+    if (node.ticks + node.number) % TICKS_PER_PERIOD == 0:
         pend = node.origin + node.ticks * INTERVAL
         pstart = pend - PERIOD
         for g in range(GPUS):
@@ -330,7 +332,7 @@ def check_templates(decode: Callable[[bytes], object]) -> None:
     Raises:
         AssertionError: a template drifted from fields_of/encode/encode_batch.
     """
-    node = SimNode(number=4242, origin=1_733_000_000.0)
+    node = SimNode(number=4242 - 4242 % TICKS_PER_PERIOD, origin=1_733_000_000.0)
     for _ in range(TICKS_PER_PERIOD):
         fast = tick_rows(node, heartbeat=False)
     name, job, tick = node.name, job_of(node.number), node.origin + node.ticks * INTERVAL

@@ -391,16 +391,19 @@ def settle(metrics_url: str, most: float = 30.0) -> None:
         time.sleep(1.0)
 
 
-def step_seconds(multiple: float, hold: float) -> tuple[float, bool]:
+def step_seconds(multiple: float, hold: float, aligned: bool = False) -> tuple[float, bool]:
     """(seconds, whole): the step's length, at least `hold`.
 
-    In whole sealing cycles (every node's interval rows once or more) where a cycle is not
-    much longer than `hold`, else in whole ticks.
+    In whole ticks: load.py staggers the nodes' periods, so any whole ticks carry their share
+    of interval rows. With `aligned` periods (as real agents', all sealing in one tick) in
+    whole sealing cycles where a cycle is not much longer than `hold`, else whole ticks.
     """
+    tick = INTERVAL / multiple
+    if not aligned:  # staggered seals: any whole ticks hold the right share of rows
+        return math.ceil(hold / tick) * tick, True
     cycle = INTERVAL * TICKS_PER_PERIOD / multiple
     if cycle <= 1.5 * hold:
         return math.ceil(hold / cycle) * cycle, True
-    tick = INTERVAL / multiple
     return math.ceil(hold / tick) * tick, False
 
 
