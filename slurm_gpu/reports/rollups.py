@@ -321,15 +321,18 @@ def boundary_cells(
     if first is None:
         parts = [base]
     else:
-        parts = [
-            base.where(u.start_time < first),
-            base.where(u.end_time >= last, u.start_time >= first),
-        ]
+        # Each a range of the (cluster, end_time, start_time) index; a job across both
+        # ends is in both (dropped once below): a test of start_time >= first here would
+        # lead PostgreSQL to the start_time index and the period's every job.
+        parts = [base.where(u.start_time < first), base.where(u.end_time >= last)]
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading job usage rollups") as conn:
         for query in parts:
             rows += [tuple(r) for r in conn.execute(query)]
-    return pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
+    cells = pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
+    if len(parts) > 1 and len(cells):
+        cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
+    return cells
 
 
 def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:

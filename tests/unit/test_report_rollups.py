@@ -25,7 +25,7 @@ from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuInterval, JobGpuSummary, Measurement, SlotKind
 from slurm_gpu.reports.figures import FIGURE_KEYS
-from slurm_gpu.reports.rollups import BUCKET_NOTE, build_report_from_rollups
+from slurm_gpu.reports.rollups import BUCKET_NOTE, boundary_cells, build_report_from_rollups
 from slurm_gpu.reports.summary import GROUP_KEYS, Report, build_report
 from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store
@@ -58,6 +58,8 @@ WINDOWS = {
     "inside a day": (NOV + 4 * 24 * H + 1 * H, NOV + 4 * 24 * H + 9 * H),
     # A whole month (usage_monthly), a whole day before it (usage_daily), cut days.
     "month and days": (NOV - 36 * H, DEC + 17 * H),
+    # One whole day between two cut ones: jobs of 50 hours run across both ends.
+    "one whole day": (NOV + 13 * 24 * H + 12 * H, NOV + 15 * 24 * H + 6 * H),
 }
 
 
@@ -489,3 +491,13 @@ def test_queue_wait_p95_from_buckets_is_said_and_exact_without_them(store: Store
     assert [r["queue_wait_p95"] for r in [*inside.rows, inside.total]] == pytest.approx(
         [r["queue_wait_p95"] for r in [*exact.rows, exact.total]], rel=1e-12
     )
+
+
+def test_a_job_across_both_ends_of_a_period_is_read_once(store: Store) -> None:
+    """Not vacuous: in "one whole day" some job starts before it and ends after it."""
+    since, until = WINDOWS["one whole day"]
+    first, last = NOV + 14 * 24 * H, NOV + 15 * 24 * H
+    cells = boundary_cells(store, since, until, first, last)
+    across = cells[(cells["start_time"] < first) & (cells["end_time"] >= last)]
+    assert len(across) > 0
+    assert not cells.duplicated(["job_id", "restart", "node", "slot_kind", "share"]).any()
