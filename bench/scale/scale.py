@@ -275,8 +275,13 @@ class Cpu:
 
 
 def children_cpu(parent: int) -> float:
-    """CPU of `parent` and its live children (PostgreSQL's backends)."""
+    """CPU of `parent`, its live children (PostgreSQL's backends) and those that ended."""
     total = cpu_seconds(parent)
+    try:  # cutime + cstime: the children it waited for (backends of closed connections)
+        fields = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        pass
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
