@@ -198,6 +198,7 @@ def report_command(
             "rows": [json_record(columns, r) for r in report.rows],
             "total": json_record(columns, report.total),
             "top_waste": [json_record(waste_columns, r) for r in report.top_waste],
+            "notes": report.notes,
         }
         click.echo(json.dumps(document, indent=2))
     else:
@@ -218,6 +219,9 @@ def report_command(
                 "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
             )
             click.echo(render(waste, report.top_waste, "table"), nl=False)
+        if mode == "table" and any(c.field.name.startswith("QueueWait") for c in columns):
+            for note in report.notes:  # how a figure was found (QueueWaitP95 from buckets)
+                click.echo(f"Note: {note}")
     echo_warnings(env)
 
 

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import sqlalchemy as sa
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
@@ -47,7 +46,7 @@ from slurm_gpu.reports.frames import (
 from slurm_gpu.reports.pricing import add_cost, slot_price_for
 from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select, load_usage
-from slurm_gpu.store import Store, queries, usage_rollup
+from slurm_gpu.store import Store, queries, rollup_reads, usage_rollup
 from slurm_gpu.store.schema import (
     GPM_METRICS,
     MEMBER_WEIGHTS,
@@ -56,10 +55,6 @@ from slurm_gpu.store.schema import (
     USAGE_SUMS,
     WAIT_BUCKETS,
     WAIT_HISTOGRAMS,
-    job_usage,
-    usage_daily,
-    usage_monthly,
-    usage_unfolded,
 )
 
 DAY = usage_rollup.DAY
@@ -237,19 +232,7 @@ def _empty_sums() -> pd.DataFrame:
 
 def has_slot_rows(store: Store, since: float, until: float) -> bool:
     """Whether any job of the period held a MIG slice or a share (PhysGPUHours shown)."""
-    u = job_usage.c
-    query = (
-        sa.select(u.job_id)
-        .where(
-            u.cluster == store.cluster,
-            u.end_time >= since,
-            u.start_time <= until,
-            u.slot_kind != "gpu",
-        )
-        .limit(1)
-    )
-    with store.reading("reading whether the period held GPU slots") as conn:
-        return conn.execute(query).first() is not None
+    return rollup_reads.slot_rows_exist(store, since, until)
 
 
 def whole_months(first: float, last: float) -> tuple[float, float]:
@@ -272,35 +255,12 @@ def rollup_sums(
     (the node blank).
     """
     a, b = (first, first) if by_node else whole_months(first, last)
-    spans = [(usage_daily, first, a), (usage_monthly, a, b), (usage_daily, b, last)]
+    spans: list[rollup_reads.Span] = [("daily", first, a), ("monthly", a, b), ("daily", b, last)]
     if a == b:
-        spans = [(usage_daily, first, last)]
+        spans = [("daily", first, last)]
     figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
-    rows: list[tuple[Any, ...]] = []
-    with store.reading("reading the usage rollups") as conn:
-        for table, low, high in spans:
-            if high <= low:
-                continue
-            t = table.c
-            when = t.day if table is usage_daily else t.month
-            node = (
-                t.node
-                if by_node or table is usage_monthly
-                else usage_rollup.blank_model_node(t).label("node")
-            )
-            dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
-            where = (t.cluster == store.cluster, when >= low, when < high)
-            if table is usage_monthly and usage_rollup.next_month(low) == high:
-                # One month: its rows are one per owner and place already.
-                query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
-            else:
-                query = (
-                    sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
-                    .where(*where)
-                    .group_by(*dims)
-                )
-            rows += [tuple(r) for r in conn.execute(query)]
+    rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures)
     return pd.DataFrame(rows, columns=names)
 
 
@@ -314,23 +274,9 @@ def boundary_cells(
     run across the period's ends, and those of its cut days). Two queries, each answered
     from the (end_time, start_time) index.
     """
-    u = job_usage.c
-    base = sa.select(*(u[n] for n in queries.JOB_USAGE_COLUMNS)).where(
-        u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
-    )
-    if first is None:
-        parts = [base]
-    else:
-        # Each a range of the (cluster, end_time, start_time) index; a job across both
-        # ends is in both (dropped once below): a test of start_time >= first here would
-        # lead PostgreSQL to the start_time index and the period's every job.
-        parts = [base.where(u.start_time < first), base.where(u.end_time >= last)]
-    rows: list[tuple[Any, ...]] = []
-    with store.reading("reading job usage rollups") as conn:
-        for query in parts:
-            rows += [tuple(r) for r in conn.execute(query)]
+    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
     cells = pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
-    if len(parts) > 1 and len(cells):
+    if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
     return cells
 
@@ -442,7 +388,7 @@ def _raw_part(
     lag: float | None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Sums and members of the period's jobs the rollups do not hold, the old way."""
-    ids = unfolded_job_ids(store, since, until)
+    ids = rollup_reads.unfolded_job_ids(store, since, until)
     empty = pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
     if not ids:
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
@@ -683,20 +629,11 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     Of the `job_usage` rows of jobs that ended before `before`, summed by the database
     (the exporter's settled counters); active seconds clipped as the reports clip them.
     """
-    u = job_usage.c
-    node = usage_rollup.blank_model_node(u).label("node")
-    dims = [u.user, u.account, node, u.gpu_model, u.mig_profile, u.share]
     figures = (
         *("gpu_seconds", "active_seconds", "mem_gib_seconds", "job_hour_seconds"),
         *("gpu_unused_seconds", "mem_unused_gib_seconds", "job_hour_unused_seconds"),
     )
-    query = (
-        sa.select(*dims, *(sa.func.sum(u[n]).label(n) for n in figures))
-        .where(u.cluster == store.cluster, u.end_time < before)
-        .group_by(*dims)
-    )
-    with store.reading("reading the settled usage rollups") as conn:
-        rows = [tuple(r) for r in conn.execute(query)]
+    rows = rollup_reads.settled_usage(store, before, figures)
     names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
     frame = _priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
     if not len(frame):
@@ -709,26 +646,9 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     )
 
 
-def unfolded_job_ids(store: Store, since: float, until: float) -> list[int]:
-    """Jobs of the window (`jobs_in_window`'s test) that have no `job_usage` row.
-
-    From `usage_unfolded` (kept by every refold): what is read grows with the jobs not
-    folded (running, no summary yet), not with every job of the window.
-    """
-    f = usage_unfolded.c
-    query = sa.select(f.job_id).where(
-        f.cluster == store.cluster,
-        f.began.is_not(None),
-        f.began <= until,
-        sa.or_(f.end_time.is_(None), f.end_time >= since),
-    )
-    with store.reading("reading the jobs not in the usage rollups") as conn:
-        return sorted(int(i) for (i,) in conn.execute(query))
-
-
 def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> Usage:
     """The jobs that ended before `before` and are not folded (no summary), from raw rows."""
-    ids = unfolded_job_ids(store, 0.0, before)
+    ids = rollup_reads.unfolded_job_ids(store, 0.0, before)
     if not ids:
         return Usage(pd.DataFrame(columns=["job_id", "end_time"]), pd.DataFrame(columns=["job_id"]))
     usage = load_usage(

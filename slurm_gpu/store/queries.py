@@ -27,7 +27,6 @@ from slurm_gpu.store.schema import (
     job_gpu_summaries,
     job_usage,
     jobs,
-    usage_daily,
 )
 from slurm_gpu.store.store import Store
 
@@ -572,34 +571,4 @@ def sync_jobs(store: Store, rows: Iterable[Mapping[str, Any]]) -> int:
 
 # ---- usage rollups (revision 0010; store/usage_rollup.py, reports/rollups.py) ----------
 
-USAGE_DAILY_COLUMNS = tuple(c.name for c in usage_daily.columns if c.name != "cluster")
 JOB_USAGE_COLUMNS = tuple(c.name for c in job_usage.columns if c.name != "cluster")
-
-
-def usage_daily_rows(store: Store, first: float, last: float) -> list[tuple[Any, ...]]:
-    """`usage_daily` rows (USAGE_DAILY_COLUMNS) of the days in [first, last)."""
-    d = usage_daily.c
-    query = sa.select(*(d[n] for n in USAGE_DAILY_COLUMNS)).where(
-        d.cluster == store.cluster, d.day >= first, d.day < last
-    )
-    with store.reading("reading daily usage rollups") as conn:
-        return _tuples(conn, query)
-
-
-def job_usage_rows(store: Store, since: float, until: float) -> list[tuple[Any, ...]]:
-    """`job_usage` rows (JOB_USAGE_COLUMNS) of the jobs overlapping [since, until]."""
-    u = job_usage.c
-    query = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
-        u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
-    )
-    with store.reading("reading job usage rollups") as conn:
-        return _tuples(conn, query)
-
-
-def unfolded_job_ids(store: Store, since: float, until: float) -> list[int]:
-    """Jobs of the window (`jobs_in_window`) that have no `job_usage` row: not folded."""
-    j, u = jobs.c, job_usage.c
-    folded = sa.select(u.job_id).where(u.cluster == j.cluster, u.job_id == j.job_id).exists()
-    query = _window(sa.select(j.job_id).where(j.cluster == store.cluster, ~folded), since, until)
-    with store.reading("reading the jobs not in the usage rollups") as conn:
-        return sorted(int(i) for (i,) in conn.execute(query))

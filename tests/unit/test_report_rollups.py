@@ -13,6 +13,7 @@ rollups, from rollups built by the 0009 -> 0010 upgrade, and from raw rows the o
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -501,3 +502,29 @@ def test_a_job_across_both_ends_of_a_period_is_read_once(store: Store) -> None:
     across = cells[(cells["start_time"] < first) & (cells["end_time"] >= last)]
     assert len(across) > 0
     assert not cells.duplicated(["job_id", "restart", "node", "slot_kind", "share"]).any()
+
+
+def test_report_command_says_where_queue_wait_p95_comes_from(store: Store, tmp_path: Path) -> None:
+    """`slurm-gpu report accounts` says QueueWaitP95 came from buckets.
+
+    Under a QueueWait column and in --json; a report without one has no note to make.
+    """
+    from click.testing import CliRunner
+
+    from slurm_gpu.cli.main import cli
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'[cluster]\nname = "c1"\n[store]\nurl = "{store.engine.url}"\n'
+        "[reports]\nlive_sacct = false\n[access]\nslurm_roles = false\n"
+    )
+    period = ["-S", "2026-11-01T00:00", "-E", "2026-12-01T00:00"]
+
+    def report(*args: str) -> str:
+        done = CliRunner().invoke(cli, ["--config", str(config), "report", "accounts", *args])
+        assert 0 == done.exit_code, done.output
+        return done.output
+
+    assert f"Note: {BUCKET_NOTE}" in report(*period, "-o", "Account,QueueWaitP95").splitlines()
+    assert [BUCKET_NOTE] == json.loads(report(*period, "--json"))["notes"]
+    assert "Note:" not in report(*period, "-o", "Account,GPUHours")
