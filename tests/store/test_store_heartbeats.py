@@ -87,9 +87,11 @@ def test_a_slot_or_node_the_heartbeat_does_not_vouch_for_stays_as_stored(store: 
 
 def test_a_slot_row_is_carried_by_its_slot_id(store: Store) -> None:
     """A MIG slice's row is vouched for by its MIG UUID, not by its parent GPU's."""
-    mig = {"slot_id": MIG, "slot_kind": SlotKind.MIG, "mig_profile": "1g.10gb", "share": 1 / 7}
-    store.add_activity([activity(7, **mig), activity(8, uuid="GPU-1", slot_id="MIG-other",
-                                                     slot_kind=SlotKind.MIG)])  # fmt: skip
+    mig: dict[str, object] = {
+        "slot_id": MIG, "slot_kind": SlotKind.MIG, "mig_profile": "1g.10gb", "share": 1 / 7,
+    }  # fmt: skip
+    other = activity(8, uuid="GPU-1", slot_id="MIG-other", slot_kind=SlotKind.MIG)
+    store.add_activity([activity(7, "gpu1", "GPU-0", **mig), other])
     store.add_heartbeats([NodeHeartbeat("gpu1", T0 + 300, ("GPU-0", "GPU-1", MIG))])
 
     shown = {job: reading for job, (reading, _, _) in readings(store).items()}

@@ -18,6 +18,7 @@ from slurm_gpu.models import (
     LostGpu,
     Measurement,
     MigDevice,
+    NodeHeartbeat,
     SlotKind,
 )
 from slurm_gpu.node.outbox import device_fields, fields_of
@@ -71,6 +72,10 @@ class FakeStore:
 
     def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         self._check("forget")
+
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        self._check("heartbeats")
+        return len(rows)
 
 
 def interval(start: float) -> GpuInterval:
