@@ -356,11 +356,35 @@ class SlurmJob:
 
 
 @dataclass(frozen=True)
+class NodeHeartbeat:
+    """One tick of a node's agent: which slots it read then (issue 16, "ship less").
+
+    A GpuActivity row describes a state that holds until the agent ships the next row for
+    that job and slot; the agent ships one only when that state changes (or every
+    `[node] activity_refresh`). The newest heartbeat vouches that the agent was alive at
+    `tick` and read every slot in `slots`: the store extends those slots' activity rows to
+    it (`Store.activity`). A slot not in `slots` (lost, unreadable) is not extended, so its
+    reading goes stale as before.
+
+    Attributes:
+        node: the node's name.
+        tick: end of the agent's newest read (POSIX seconds).
+        slots: the slot ids read successfully in that tick.
+    """
+
+    node: str
+    tick: float
+    slots: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class GpuActivity:
     """What the node agent last knew about one GPU of one running job.
 
-    Shipped every tick (one row per job and GPU, replaced), so the controller sees data
-    no older than an agent interval plus shipping time.
+    One row per job and slot, replaced. The agent ships a new one only when what it says
+    changes (or every `[node] activity_refresh`); in between, the node's NodeHeartbeat
+    carries it forward (`Store.activity`), so the controller sees data no older than an
+    agent interval plus shipping time.
 
     Attributes:
         last_reading: end of the newest window read from this GPU for this job.

@@ -11,6 +11,7 @@
 #   sim-nvml/<node>/driver/  the NVIDIA driver's procfs/sysfs entries (release beds' gpu1)
 #   bin/      gpu-load, sim-gpu   jobs/  world-writable working directory for test jobs
 #   node/     slurm-gpu node state (bindings, spool)
+#   munge-<node>/  the node's munged (collector.sh)   pgdata/  PostgreSQL (postgres.sh)
 # SLURM_GPU_BED_SHAPES=1 adds nodes gpu3 (MIG) and gpu4 (shards): shapes.sh.
 
 CLUSTER_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -48,11 +49,14 @@ DB_STORE_PASS=${SLURM_GPU_DB_STORE_PASS:-slurmgpu-testbed}
 SLURM_CONF="$STATE/etc/slurm.conf"
 export SLURM_CONF
 
-DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client libslurm-dev gcc make libc6-dev python3 python3-venv util-linux procps postgresql"
+DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-client libslurm-dev gcc make libc6-dev python3 python3-venv util-linux procps postgresql iproute2"
 
 # PostgreSQL for the store's PostgreSQL backend tests.
 # shellcheck source=postgres.sh
 [ -f "$CLUSTER_SRC/postgres.sh" ] && . "$CLUSTER_SRC/postgres.sh"
+# The collector, the nodes' network namespaces and munged (SLURM_GPU_BED_STORE).
+# shellcheck source=collector.sh
+. "$CLUSTER_SRC/collector.sh"
 # Prometheus (scraping the agents and the exporter) and the slurm-gpu exporter.
 # shellcheck source=prometheus.sh
 [ -f "$CLUSTER_SRC/prometheus.sh" ] && . "$CLUSTER_SRC/prometheus.sh"
@@ -64,7 +68,7 @@ die() { log "error: $*"; exit 1; }
 
 install_packages() {
     local missing=""
-    for bin in slurmctld slurmd slurmdbd munged mariadbd sacctmgr gcc make python3 /usr/lib/postgresql/15/bin/postgres; do
+    for bin in slurmctld slurmd slurmdbd munged mariadbd sacctmgr gcc make python3 ip /usr/lib/postgresql/15/bin/postgres; do
         command -v "$bin" >/dev/null 2>&1 || missing=yes
     done
     /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing=yes
@@ -106,7 +110,7 @@ render() {
         -e "s|@NODE1_PORT@|$NODE1_PORT|g" -e "s|@NODE2_HOST@|$NODE2_HOST|g" \
         -e "s|@NODE2_ADDR@|$NODE2_ADDR|g" -e "s|@NODE2_PORT@|$NODE2_PORT|g" \
         -e "s|@GPU_FILES@|$GPU_FILES|g" -e "s|@HOOKS@|$HOOKS|g" \
-        -e "s|@GPU1_GRES@|$(release_gpu1_gres)|g" \
+        -e "s|@GPU1_GRES@|$(release_gpu1_gres)|g" -e "s|@STORE_URL@|$(store_url)|g" \
         "$CLUSTER_SRC/templates/$template"
 }
 
@@ -162,8 +166,10 @@ render_configs() {
     render slurmdbd.conf.in | release_conf_lines slurmdbd.conf | write_if_changed "$STATE/etc/slurmdbd.conf"
     chown slurm:slurm "$STATE/etc/slurmdbd.conf"
     chmod 600 "$STATE/etc/slurmdbd.conf"
-    render slurm-gpu.toml.in | shapes_toml | write_if_changed "$STATE/etc/slurm-gpu.toml"
+    render slurm-gpu.toml.in | shapes_toml | collector_toml | write_if_changed "$STATE/etc/slurm-gpu.toml"
     chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
+    render_agent_configs
+    echo "$BED_STORE" | write_if_changed "$STATE/etc/bed-store"
     mailprog_config
 }
 
@@ -404,7 +410,8 @@ stop_all() {
     # Compute nodes first, the database last; munge only if we started it.
     # gpu3 and gpu4 (the shapes bed) whether or not SLURM_GPU_BED_SHAPES is set now.
     for d in prometheus slurm-gpu-exporter slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 \
-        slurm-gpu-agent-gpu3 slurm-gpu-agent-gpu4 slurmd-gpu1 slurmd-gpu2 slurmd-gpu3 \
+        slurm-gpu-agent-gpu3 slurm-gpu-agent-gpu4 slurm-gpu-collector munge-gpu1 munge-gpu2 \
+        munge-gpu3 munge-gpu4 slurmd-gpu1 slurmd-gpu2 slurmd-gpu3 \
         slurmd-gpu4 slurmctld slurmdbd postgres mariadb munge; do
         local pf
         pf=$(pidfile "$d")
@@ -422,5 +429,7 @@ stop_all() {
         fi
         rm -f "$pf"
     done
+    # The nodes' namespaces and links (collector.sh), whatever SLURM_GPU_BED_STORE is now.
+    net_down
     log "stopped:${stopped:- nothing was running}"
 }

@@ -20,8 +20,9 @@
 # Prometheus listens on 127.0.0.1:${SLURM_GPU_PROM_PORT:-19090}, Alertmanager on
 # 127.0.0.1:${SLURM_GPU_ALERTMANAGER_PORT:-Prometheus's + 3} (clustering off: no gossip port;
 # it runs while Prometheus runs, see start_alertmanager), the
-# exporter on 127.0.0.1:${SLURM_GPU_EXPORTER_PORT:-19900}; the agents on 127.0.0.1:19901 and
-# :19902 (local-cluster's agent_metrics_port).
+# exporter on 127.0.0.1:${SLURM_GPU_EXPORTER_PORT:-19900}; the agents on ports 19901 and
+# 19902 (local-cluster's agent_metrics_port) of their node's address (collector.sh's
+# agent_metrics_host: 127.0.0.1 with SLURM_GPU_BED_STORE=sqlite).
 #
 # Prometheus and Alertmanager are Debian's packages (/usr/bin/prometheus, apt-get install
 # prometheus; /usr/bin/prometheus-alertmanager, apt-get install prometheus-alertmanager);
@@ -48,7 +49,10 @@ render_prometheus_config() {
     local base=${SLURM_GPU_METRICS_PORT_BASE:-19900} agents n
     # Every node's agent (gpuN on base + N): gpu1 and gpu2, and the shapes bed's nodes.
     agents=""
-    for n in ${NODES:-gpu1 gpu2}; do agents="$agents${agents:+, }\"127.0.0.1:$((base + ${n#gpu}))\""; done
+    # On its node's address when it runs in the node's network namespace (collector.sh).
+    for n in ${NODES:-gpu1 gpu2}; do
+        agents="$agents${agents:+, }\"$(agent_metrics_host "$n"):$((base + ${n#gpu}))\""
+    done
     mkdir -p "$STATE/etc"
     # The shipped rules with test-bed windows: alerts within seconds, not hours.
     sed -E -e "s/^([[:space:]]*for:[[:space:]]*).*/\1$ALERT_FOR/" \

@@ -8,6 +8,8 @@
 #   22.05    /var/tmp/slurm-gpu-cluster         16817/16819  13306  16901/16902  15432  19900-19902  19090
 #   24.11    /var/tmp/slurm-gpu-cluster-24.11   18817/18819  15306  18901/18902  17432  21900-21902  21090
 #   26.05    /var/tmp/slurm-gpu-cluster-26.05   20817/20819  16306  20901/20902  18432  22900-22902  22090
+# The collector and the nodes' network follow the slurmctld port (collector.sh): 22.05's
+# collector on 10.65.177.1:16830, 24.11's on 10.73.129.1:18830, 26.05's on 10.81.81.1:20830.
 # Every SLURM_GPU_* variable set by the caller still wins.
 #
 # A release root ($STATE/root) is made by debootstrap from Debian's mirror with

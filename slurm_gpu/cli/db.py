@@ -8,6 +8,7 @@ import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
+from slurm_gpu.slurm.timespec import now_local, parse_time
 from slurm_gpu.store import Store
 
 url_option = click.option(
@@ -81,3 +82,29 @@ def prune(app: App, url: str | None, older_than: float | None) -> None:
     store = _open(app, url)
     hourly, pruned = store.rollup_and_prune(time.time() - age)
     click.echo(f"{store.where}: {pruned} readings folded into {hourly} hourly rows")
+
+
+@db.command("rebuild-rollups")
+@url_option
+@click.option(
+    "--since",
+    default=None,
+    metavar="DATE",
+    help="Only jobs that ended on or after this day (sacct's time formats; default: all).",
+)
+@pass_app
+def rebuild_rollups(app: App, url: str | None, since: str | None) -> None:
+    """Recompute the usage rollups (job_usage, usage_daily) from the raw rows.
+
+    Ingest keeps them up to date; run this after restoring raw rows, or to check them.
+    With --since, the rollups of the UTC days from that day's on are rebuilt.
+    """
+    start = None
+    if since is not None:
+        try:
+            start = parse_time(since, now_local(), argument="--since")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--since") from None
+    store = _open(app, url)
+    written = store.rebuild_rollups(start)
+    click.echo(f"{store.where}: usage rollups rebuilt, {written} job usage rows")

@@ -15,6 +15,7 @@ from slurm_gpu import __version__
 from slurm_gpu.access import NotAnAdmin
 from slurm_gpu.cli import config_cmd
 from slurm_gpu.cli.audit import audit_cmd
+from slurm_gpu.cli.collector import collector_group
 from slurm_gpu.cli.config_cmd import config_group
 from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.controller import controller_group
@@ -114,6 +115,7 @@ cli.add_command(status_command)
 cli.add_command(sync_command)
 cli.add_command(exporter_command)
 cli.add_command(mailprog_command)
+cli.add_command(collector_group)
 
 
 if __name__ == "__main__":  # python -m slurm_gpu.cli.main, where no console script is installed

@@ -22,6 +22,7 @@ from slurm_gpu.cli.sacct import (
 )
 from slurm_gpu.delivery import Mailing, OutboxTransport, SmtpTransport, Transport, deliver
 from slurm_gpu.errors import SlurmError
+from slurm_gpu.reports import rollups
 from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
@@ -143,28 +144,44 @@ def report_command(
     selection = JobFilter(
         users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
     )
-    usage = env.usage(since, until, selection)
+    nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
+    # The usage rollups (revision 0010) where the store is at 0010: the finished jobs'
+    # usage from them, the rest from raw rows; sacct's live facts are not laid over them
+    # (the store's jobs are the hooks' and `slurm-gpu sync`'s). Else the raw rows.
+    from_rollups = rollups.usable(selection) and (env.store.current_revision() or "") >= "0010"
+    usage = None if from_rollups else env.usage(since, until, selection)
     # PhysGPUHours (share x slot-hours) wherever a row is a MIG slice or a share.
-    slots = group == "slot" or has_slots(usage.gpus)
+    slots = group == "slot" or (
+        rollups.has_slot_rows(env.store, since, until) if usage is None else has_slots(usage.gpus)
+    )
     fields = report_fields(env.config.cost.currency, group, env.config.cost.charge, slots)
     try:
         columns = parse_format(fmt or ",".join(fields), fields)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
+    shape: dict[str, Any] = {
+        "since": since,
+        "until": until,
+        "now": env.now_seconds,
+        "cluster": env.config.cluster.name,
+        "all_nodes": nodes,
+        "busy_factor": env.config.reports.busy_node_factor,
+        "top": top,
+        "sort": sort,
+    }
     try:
-        report = build_report(
-            usage,
-            group,
-            since=since,
-            until=until,
-            now=env.now_seconds,
-            cluster=env.config.cluster.name,
-            all_nodes=nodes,
-            busy_factor=env.config.reports.busy_node_factor,
-            top=top,
-            sort=sort,
-        )
+        if usage is None:
+            report = rollups.build_report_from_rollups(
+                env.store,
+                group,
+                scope=env.scope,
+                filters=selection,
+                cost=env.config.cost,
+                lag=env.freshness.interval_lag,
+                **shape,
+            )
+        else:
+            report = build_report(usage, group, **shape)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     period = f"{format_sacct_time(since, env.tz)} - {format_sacct_time(until, env.tz)}"
@@ -181,6 +198,7 @@ def report_command(
             "rows": [json_record(columns, r) for r in report.rows],
             "total": json_record(columns, report.total),
             "top_waste": [json_record(waste_columns, r) for r in report.top_waste],
+            "notes": report.notes,
         }
         click.echo(json.dumps(document, indent=2))
     else:
@@ -201,6 +219,9 @@ def report_command(
                 "User,IdleGPUHours,IdlePct,GPUHours,Cost", report_fields("", "user")
             )
             click.echo(render(waste, report.top_waste, "table"), nl=False)
+        if mode == "table" and any(c.field.name.startswith("QueueWait") for c in columns):
+            for note in report.notes:  # how a figure was found (QueueWaitP95 from buckets)
+                click.echo(f"Note: {note}")
     echo_warnings(env)
 
 

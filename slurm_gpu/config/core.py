@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from slurm_gpu.config._loader import SettingDoc, doc, parse_settings, read_toml
 from slurm_gpu.config._loader import describe_schema as _describe
+from slurm_gpu.config.collector import CollectorSettings
 from slurm_gpu.config.mailprog import MailProgSettings
 from slurm_gpu.config.policy import (
     ControllerSettings,
@@ -84,6 +85,12 @@ def _check_listen_address(address: str) -> str | None:
         'expected "host:port" (e.g. "0.0.0.0:9400", ":9400", "[::]:9400") or "" for off, '
         f"got {json.dumps(address)}"
     )
+
+
+def _check_collector_url(url: str) -> str | None:
+    if url == "" or re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        return None
+    return f'expected "http://HOST:PORT" or "", got {json.dumps(url)}'
 
 
 # ---------------------------------------------------------------------------- schema
@@ -192,6 +199,41 @@ class NodeSettings:
         default=3,
         metadata=doc("A GPU with no reading for this many intervals is missing.", minimum=1),
     )
+    activity_refresh: Duration = field(
+        default=Duration(300.0),
+        metadata=doc(
+            "Longest time the agent goes without shipping a running job's GPU activity when"
+            " it has not changed; a heartbeat every interval vouches for it in between.",
+            above=0,
+        ),
+    )
+    munge_socket: str = field(
+        default="",
+        metadata=doc(
+            "munged's socket for signing batches to the collector; \"\" is libmunge's"
+            " default (/run/munge/munge.socket.2)."
+        ),
+    )
+    ship_to: Literal["store", "collector"] = field(
+        default="store",
+        metadata=doc(
+            'Where the agent ships its spool: "store" writes [store] url itself (one machine),'
+            ' "collector" posts MUNGE-signed batches to collector_url (a cluster).'
+        ),
+    )
+    collector_url: str = field(
+        default="",
+        metadata=doc(
+            'The head node\'s collector for ship_to = "collector", e.g. "http://head:6830".',
+            check=_check_collector_url,
+        ),
+    )
+
+
+def _check_node(node: NodeSettings) -> str | None:
+    if node.ship_to == "collector" and not node.collector_url:
+        return 'ship_to = "collector" needs collector_url (e.g. "http://head:6830")'
+    return None
 
 
 @dataclass(frozen=True)
@@ -232,7 +274,8 @@ class Config:
         default_factory=StoreSettings, metadata=doc("The accounting store (database).")
     )
     node: NodeSettings = field(
-        default_factory=NodeSettings, metadata=doc("The node agent and the Slurm hooks.")
+        default_factory=NodeSettings,
+        metadata=doc("The node agent and the Slurm hooks.", check=_check_node),
     )
     slurm: SlurmSettings = field(
         default_factory=SlurmSettings, metadata=doc("Running Slurm commands.")
@@ -265,6 +308,10 @@ class Config:
     mailprog: MailProgSettings = field(
         default_factory=MailProgSettings,
         metadata=doc("Slurm's MailProg wrapper: the GPU report in the end-of-job mail."),
+    )
+    collector: CollectorSettings = field(
+        default_factory=CollectorSettings,
+        metadata=doc("The head node's collector: the node agents' batches, the store's writer."),
     )
 
 

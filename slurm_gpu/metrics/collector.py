@@ -12,7 +12,9 @@ Exported (counters end in `_total`; units in names, as in DESIGN.md):
 - slurm_gpu_node_info{node, state}: 1 per node, with its Slurm state.
 - slurm_gpu_running_jobs{user, account}: `SlurmClient.running_owners()` (`squeue -t R,CG`).
 - slurm_gpu_user_gpu_hours_total{user, account}: GPU-hours from job summaries (finished
-  jobs) and stored intervals (running jobs), counted as the reports count them;
+  jobs) and stored intervals (running jobs), counted as the reports count them (on a
+  store with the usage rollups, revision 0010, the jobs that ended before the settling
+  horizon at the first read are summed from `job_usage`);
   slurm_gpu_user_gpu_active_hours_total: the part above the active threshold;
   slurm_gpu_account_gpu_hours_total{account}: the users' sum.
 - slurm_gpu_user_cost_total{user, account, currency}, slurm_gpu_account_cost_total
@@ -46,8 +48,9 @@ from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.errors import SlurmError, StoreError
 from slurm_gpu.metrics.totals import Monotonic, SettledSums
 from slurm_gpu.models import GpuActivity
+from slurm_gpu.reports import rollups
 from slurm_gpu.reports.status import Freshness, NodeStatus, build_status
-from slurm_gpu.reports.usage import load_usage
+from slurm_gpu.reports.usage import Usage, load_usage
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store, queries
 from slurm_gpu.units import is_known
@@ -234,17 +237,53 @@ class ClusterCollector:
         )
 
     def _read_usage(self, now: float) -> None:
-        """Jobs since the settled horizon, summed per job like `slurm-gpu report`."""
+        """Jobs since the settled horizon, summed per job like `slurm-gpu report`.
+
+        On the first read of a store with the usage rollups (revision 0010), the jobs
+        folded there that ended before the settling horizon come from them, summed by the
+        database; the rest (and jobs not folded) from raw rows.
+        """
         cost = self.config.cost if priced(self.config.cost) else None
+        since = self._usage.horizon
+        rows: list[tuple[UserKey, float | None, list[float]]] = []
+        if since is None and (self.store.current_revision() or "") >= "0010":
+            since = now - self._settle
+            rows += self._settled_from_rollups(since, cost)
         usage = load_usage(
             self.store,
-            since=self._usage.horizon,
+            since=since,
             until=None,
             now=now,
             sacct_jobs=None,
             scope=EVERYONE,
             cost=cost,
         )
+        rows += self._per_job(usage)
+        self._usage.update(rows, now)
+
+    def _settled_from_rollups(
+        self, before: float, cost: CostSettings | None
+    ) -> list[tuple[UserKey, float | None, list[float]]]:
+        """Rows (settled: time before `before`) of the jobs that ended before `before`.
+
+        The folded ones from the rollups; those not folded (no summary, no start) from
+        raw rows, as before.
+        """
+        settled = before - 1.0
+        rows: list[tuple[UserKey, float | None, list[float]]] = []
+        for r in rollups.usage_before(self.store, before, cost).to_dict("records"):
+            figures = [
+                _number(r["gpu_seconds"]) / 3600.0,
+                _number(r["active_seconds"]) / 3600.0,
+                _number(r["cost"]),
+            ]
+            rows.append(((_text(r["user"]), _text(r["account"])), settled, figures))
+        rows += self._per_job(rollups.unfolded_before(self.store, before, cost))
+        return rows
+
+    @staticmethod
+    def _per_job(usage: Usage) -> list[tuple[UserKey, float | None, list[float]]]:
+        """(owner, end time, [GPU-hours, active GPU-hours, cost]) of each job with GPU rows."""
         per_job: dict[int, list[float]] = {}
         for gpu in usage.gpus.to_dict("records"):
             sums = per_job.setdefault(int(gpu["job_id"]), [0.0, 0.0, 0.0])
@@ -257,7 +296,7 @@ class ClusterCollector:
             if figures is not None:
                 key = (_text(job["user"]), _text(job["account"]))
                 rows.append((key, _time(job["end_time"]), figures))
-        self._usage.update(rows, now)
+        return rows
 
     def _read_actions(self, now: float) -> None:
         """Audit entries since the settled horizon, by policy, action and outcome.

@@ -8,7 +8,10 @@ Each tick:
    requeued job runs again under its id: each run, Slurm's restart count, is summarized
    on its own),
 4. queues the node's inventory with its lost GPUs (those it cannot read at all) at the
-   first tick and whenever that set changes, for the controller's hot_node policy.
+   first tick and whenever that set changes, for the controller's hot_node policy,
+5. queues each running job's activity row (per GPU slot) only when it changed, and one
+   heartbeat, last: the slots read this tick (ship_less.py, issue 16). The outbox ships
+   in queue order, so a heartbeat reaches the store after the rows it vouches for.
 
 GPU slots (issue 14, docs/design/gpu-slots.md). A Slurm index binds a slot
 (`GpuOrder.index_slot`): a whole GPU, or a MIG slice. A GPU in MIG mode is never
@@ -62,6 +65,7 @@ from slurm_gpu.node.hookfiles import (
     read_events,
 )
 from slurm_gpu.node.outbox import device_fields, fields_of
+from slurm_gpu.node.ship_less import ActivityLedger
 from slurm_gpu.node.spool import PieceBatch, Spool
 from slurm_gpu.slurm.gpu_order import slurm_gpu_order
 from slurm_gpu.slurm.gres import GresGpuFile, GresNode
@@ -131,6 +135,7 @@ class TickResult:
     sealed: int = 0
     summaries: list[JobGpuSummary] = field(default_factory=list)
     unallocated: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    activity: int = 0  # activity rows queued (the others stand: ship_less.py)
 
 
 class NodeAgent:
@@ -159,6 +164,9 @@ class NodeAgent:
         job_shares: job id -> (kind, count) of the gres/shard or gres/mps units it holds
             on this node, or None (scontrol -d show job); asked once when a job starts on
             a GPU gres.conf cuts into shares, as the prolog cannot tell. None: never asked.
+        activity_refresh: the longest a running job's unchanged activity row goes
+            unshipped, seconds ([node] activity_refresh); each tick's heartbeat vouches
+            for it in between.
     """
 
     def __init__(
@@ -178,6 +186,7 @@ class NodeAgent:
         stat: Callable[[str], os.stat_result] = os.stat,
         mig_minors: MigMinors | None = None,
         job_shares: Callable[[int], tuple[str, int] | None] | None = None,
+        activity_refresh: float = 300.0,
     ) -> None:
         self.node = node
         self.node_dir = node_dir
@@ -190,6 +199,7 @@ class NodeAgent:
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
         self.job_shares = job_shares
+        self._ledger = ActivityLedger(node, active_threshold, sm_active_threshold, activity_refresh)
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
         self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
         self.devices: list[GpuDevice] = source.devices()
@@ -275,6 +285,7 @@ class NodeAgent:
         state = self._gpu_state if self._gpu_state is not None else self.spool.gpu_state()
         self._gpu_state = None  # unknown until this tick commits
         updates: dict[str, tuple[float | None, float | None, float | None]] = {}
+        self._ledger.begin()
         try:
             with self.spool.transaction() as db:
                 batch = PieceBatch()
@@ -292,6 +303,7 @@ class NodeAgent:
                     result.summaries += self.spool.finish_job(
                         db, self.node, job_id, self.index_uuid, restart, self._slot_of
                     )
+                    self._ledger.forget_job(job_id)
                     self._last_active = {k: v for k, v in self._last_active.items() if k[:2] != run}
                     self._last_sm_active = {
                         k: v for k, v in self._last_sm_active.items() if k[:2] != run
@@ -299,10 +311,18 @@ class NodeAgent:
                     if self._share_mem:
                         self._share_mem = {k: v for k, v in self._share_mem.items() if k[:2] != run}
                 lost = self._queue_lost(db, now)
+                for key, row in self._ledger.carried():  # slots not read: say when they were
+                    self.spool.queue(db, "activity", key, fields_of(row))
+                # Last of the tick: it ships behind the activity rows it vouches for.
+                heartbeat = self._ledger.heartbeat(now)
+                self.spool.queue(db, "heartbeat", f"heartbeat:{self.node}", fields_of(heartbeat))
         except BaseException:
             self._next_seal.clear()  # rolled back: which periods are open is unknown again
             self._spans = None
+            self._ledger.rollback()
             raise
+        self._ledger.commit(heartbeat)
+        result.activity = self._ledger.queued
         if lost is not None:
             self._lost_reported = lost  # committed
         self._gpu_state = {**state, **updates}
@@ -534,6 +554,7 @@ class NodeAgent:
             self._read_shares(db, batch, device, snap, mine, w0, now, energy_delta, result)
             newest = max((s.time for s in snap.samples), default=last_sample)
             return now, newest, snap.energy_joules
+        self._ledger.read(device.uuid)
         pieces = split_window(
             w0, now, snap, mine, self.period, self.active_threshold, energy_delta, previous_mem
         )
@@ -746,6 +767,7 @@ class NodeAgent:
             log.warning("MIG device %s of GPU %s answers again", mig.uuid, device.uuid)
         if not continuous or mig.uuid not in self._measured_since:
             self._measured_since[mig.uuid] = w0
+        self._ledger.read(mig.uuid)
         self._last_mem[mig.uuid] = read.mem_used_bytes
         if read.gpm is not None:
             self._mig_gpm.add(mig.uuid)
@@ -804,7 +826,17 @@ class NodeAgent:
             processes = None if read.processes is None else len(read.processes)
             memory = read.mem_used_bytes
             self._queue_slot_activity(
-                db, slot, span, measured, mig.uuid, now, util, memory, processes, sm_active
+                db,
+                slot,
+                span,
+                measured,
+                mig.uuid,
+                now,
+                util,
+                memory,
+                processes,
+                sm_active,
+                read.mem_total_bytes,
             )
 
     def _read_shares(
@@ -895,6 +927,7 @@ class NodeAgent:
     ) -> None:
         """One share's pieces of (w0, now] (the part its job held) and its activity."""
         slot = self._share_slot(device.uuid, span)
+        self._ledger.read(slot.slot_id)
         key = (span.job_id, span.restart, device.uuid)
         previous_mem = self._share_mem.get(key)
         self._share_mem[key] = memory
@@ -910,7 +943,17 @@ class NodeAgent:
         if span.end is None:
             measured_by = Measurement.PER_PROCESS
             self._queue_slot_activity(
-                db, slot, span, measured_by, device.uuid, now, util, memory, processes, None
+                db,
+                slot,
+                span,
+                measured_by,
+                device.uuid,
+                now,
+                util,
+                memory,
+                processes,
+                None,
+                snap.mem_total_bytes,
             )
 
     def _queue_slot_activity(
@@ -925,12 +968,14 @@ class NodeAgent:
         memory: int | None,
         processes: int | None,
         sm_active: float | None,
+        mem_total: int | None,
     ) -> None:
-        """The controller's view of a running job's slot (MIG slice, share), each tick.
+        """The controller's view of a running job's slot (MIG slice, share), when it changed.
 
         `reader`: what was read for it (the MIG device, the shared GPU), whose unbroken
         run of readings `measured_since` is. A window at or above the threshold is active
         up to this read (GPM windows and per-process means have no finer time).
+        `mem_total`: the slot's memory, which memory changes are measured by.
         """
         key = (span.job_id, span.restart, slot.slot_id)
         if util is not None and is_active(util, self.active_threshold):
@@ -957,9 +1002,9 @@ class NodeAgent:
             mig_profile=slot.mig_profile,
             measured_by=measured,
         )
-        self.spool.queue(
-            db, "activity", f"activity:{span.job_id}:{slot.slot_id}", fields_of(activity)
-        )
+        row_key = f"activity:{span.job_id}:{slot.slot_id}"
+        if self._ledger.offer(row_key, activity, mem_total):
+            self.spool.queue(db, "activity", row_key, fields_of(activity))
 
     def _queue_activity(
         self,
@@ -970,7 +1015,7 @@ class NodeAgent:
         w0: float,
         now: float,
     ) -> None:
-        """The controller's view of a running job's GPU: replaced every tick."""
+        """The controller's view of a running job's GPU, queued when it changed (replaced)."""
         since = max(w0, span.start)
         mine = [s for s in snap.samples if since < s.time <= now]
         busy = [s.time for s in mine if is_active(s.util_percent, self.active_threshold)]
@@ -998,7 +1043,9 @@ class NodeAgent:
             sm_active_recent_percent=sm_active,
             last_sm_active=self._last_sm_active.get(key),
         )
-        self.spool.queue(db, "activity", f"activity:{span.job_id}:{uuid}", fields_of(activity))
+        row_key = f"activity:{span.job_id}:{uuid}"
+        if self._ledger.offer(row_key, activity, snap.mem_total_bytes):
+            self.spool.queue(db, "activity", row_key, fields_of(activity))
 
     def _unallocated(
         self, uuid: str, snap: GpuSnapshot, spans: list[JobSpan], now: float

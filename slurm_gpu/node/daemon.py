@@ -13,10 +13,12 @@ from pathlib import Path
 
 from slurm_gpu.config import Config
 from slurm_gpu.gpu.nvml import NvmlSource
+from slurm_gpu.munge import Libmunge
 from slurm_gpu.node.agent import NodeAgent
+from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.exporter import NodeMetrics
 from slurm_gpu.node.outbox import device_fields
-from slurm_gpu.node.shipper import Shipper
+from slurm_gpu.node.shipper import BatchSink, Shipper, StoreSink
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_node
@@ -78,35 +80,71 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
         sm_active_threshold=float(config.node.sm_active_threshold_percent),
         mig_minors=node_mig_minors(config),
         job_shares=job_shares if slurm is not None else None,
+        activity_refresh=float(config.node.activity_refresh),
     )
 
 
+def collector_sink(config: Config) -> CollectorSink:
+    """The sink of `[node] ship_to = "collector"`: batches to collector_url, MUNGE-signed."""
+    return CollectorSink(config.node.collector_url, Libmunge(config.node.munge_socket).encode)
+
+
 def run_node(
-    config: Config, node: str, store: Store, slurm: CommandRunner, once: bool = False
+    config: Config,
+    node: str,
+    store: Store | None,
+    slurm: CommandRunner,
+    once: bool = False,
+    sink: BatchSink | None = None,
 ) -> int:
     """Runs the agent until SIGTERM/SIGINT (or one tick and one drain with `once`).
 
     Args:
         config: the configuration ([node], [store] shipping, [cluster] name).
         node: this node's Slurm name.
-        store: where the shipper sends the spool's rows (the caller closes it).
+        store: where the shipper sends the spool's rows (the caller closes it); None
+            with `[node] ship_to = "collector"`, where the agent holds no store.
         slurm: runs `scontrol` for the jobs' AdminComment.
         once: one tick and one shipping pass, then return.
+        sink: where batches go instead of the store (default for ship_to = "collector":
+            `collector_sink(config)`).
     """
     agent = build_agent(config, node, slurm)
+    target: StoreSink | BatchSink
+    if config.node.ship_to == "collector":
+        target = sink if sink is not None else collector_sink(config)
+        log.info("shipping to the collector at %s", config.node.collector_url)
+    elif store is None:
+        raise ValueError('run_node: ship_to = "store" needs the store')
+    else:
+        target = store
+    # The AdminComment is written from the store's summaries of the job (every node's):
+    # an agent that ships to the collector cannot read them.
+    comment_store = store if config.node.ship_to == "store" else None
+    if config.node.write_admin_comment and comment_store is None:
+        log.warning(
+            'write_admin_comment is ignored with ship_to = "collector" (the agent reads no store)'
+        )
 
     def write_admin_comments(job_ids: list[int]) -> None:
+        assert comment_store is not None
         for job_id in job_ids:
-            write_job_summary(slurm, job_id, store.job_summaries(job_id), config.cluster.name)
+            write_job_summary(
+                slurm, job_id, comment_store.job_summaries(job_id), config.cluster.name
+            )
 
     def open_shipper() -> Shipper:
         return Shipper(
             Spool(spool_path(config, node)),
-            store,
+            target,
             node,
             batch_size=config.node.ship_batch_size,
             backoff_max=float(config.node.ship_backoff_max),
-            on_summaries=write_admin_comments if config.node.write_admin_comment else None,
+            on_summaries=(
+                write_admin_comments
+                if config.node.write_admin_comment and comment_store is not None
+                else None
+            ),
         )
 
     with agent.spool.transaction() as db:

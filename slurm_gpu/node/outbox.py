@@ -6,7 +6,7 @@ Each outbox row is a kind, an idempotency key and a JSON payload. The payload of
 also with `"lost": [LostGpu fields...]` (the GPUs it cannot read; absent: not reported).
 A device's MIG fields are there only for a GPU in MIG mode (`device_fields`), its MIG
 devices as objects of MigDevice's fields. A `physical` row is a GpuPhysicalInterval's
-fields (issue 14).
+fields (issue 14), a `heartbeat` row a NodeHeartbeat's (issue 16: one a tick, replaced).
 
 The outbox is written by this program, but it is a file on a node's disk that outlives
 upgrades and can be damaged: a payload is checked field by field on the way out, so a
@@ -34,6 +34,7 @@ from slurm_gpu.models import (
     JobGpuSummary,
     LostGpu,
     MigDevice,
+    NodeHeartbeat,
 )
 
 _M = TypeVar("_M")
@@ -121,6 +122,11 @@ def decode_physical(payload: str) -> GpuPhysicalInterval:
     return _decode_model("physical", GpuPhysicalInterval, _load("physical", payload))
 
 
+def decode_heartbeat(payload: str) -> NodeHeartbeat:
+    """An outbox `heartbeat` payload back into its model. Raises OutboxError."""
+    return _decode_model("heartbeat", NodeHeartbeat, _load("heartbeat", payload))
+
+
 def decode_inventory(payload: str) -> tuple[list[GpuDevice], float, list[LostGpu] | None]:
     """An outbox `inventory` payload: (devices, seen_at, lost). Raises OutboxError.
 
@@ -186,7 +192,7 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
     """One field, checked against its annotation.
 
     The annotations the models use: str, int, float, bool, the enum, X | None,
-    tuple[int, ...].
+    tuple[int, ...], tuple[str, ...] (NodeHeartbeat.slots).
     """
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -195,7 +201,7 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
         (hint,) = [a for a in args if a is not type(None)]
         what = _EXPECTED.get(hint, "a value") + " or null"
     else:
-        what = _EXPECTED.get(hint, "a list of integers")
+        what = _EXPECTED.get(hint) or _LISTS.get(hint, "a list")
     if hint is str and isinstance(value, str):
         return value
     if hint is bool and isinstance(value, bool):  # GpuDevice.gpm_supported
@@ -213,9 +219,10 @@ def _decode_value(kind: str, name: str, hint: Any, value: Any) -> Any:
     if isinstance(hint, type) and issubclass(hint, enum.Enum) and value in _values_of(hint):
         return hint(value)
     if typing.get_origin(hint) is tuple and isinstance(value, list):
-        if typing.get_args(hint)[:1] == (MigDevice,):  # GpuDevice.mig_devices
+        (element, *_) = typing.get_args(hint)
+        if element is MigDevice:  # GpuDevice.mig_devices
             return tuple(_decode_model(kind, MigDevice, v) for v in value)
-        return tuple(_decode_value(kind, f"{name}[{i}]", int, v) for i, v in enumerate(value))
+        return tuple(_decode_value(kind, f"{name}[{i}]", element, v) for i, v in enumerate(value))
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         what = "one of " + ", ".join(_values_of(hint))
     raise OutboxError(f"outbox {kind} row: field {name}: expected {what}, got {_brief(value)}")
@@ -227,6 +234,7 @@ def _values_of(kind: type[enum.Enum]) -> list[str]:
 
 
 _EXPECTED = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}
+_LISTS = {tuple[int, ...]: "a list of integers", tuple[str, ...]: "a list of strings"}
 
 
 def _brief(value: Any) -> str:

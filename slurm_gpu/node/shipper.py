@@ -6,6 +6,12 @@ While the store is down the shipper backs off (doubling up to a maximum) and the
 sampler keeps filling the spool; it catches up when the store returns. A row that does
 not decode (a damaged payload, an unknown kind) would fail every retry and block the
 rows behind it: it is moved, whole, to the spool's `quarantine` table instead.
+
+The shipper writes either into a `StoreSink` (the store itself, direct mode) or hands
+each batch's outbox rows, as read, to a `BatchSink` (the collector's client, issue 16);
+the collector decodes them with the same `DecodedBatch` and writes them with the same
+`write_batch`. A sink that is overloaded raises `RetryLater`, whose `retry_after` the
+back-off honours.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from slurm_gpu.errors import SlurmGpuError
 from slurm_gpu.models import (
@@ -26,17 +32,19 @@ from slurm_gpu.models import (
     JobEvent,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
 from slurm_gpu.node.outbox import (
     OutboxError,
     decode_activity,
     decode_event,
+    decode_heartbeat,
     decode_interval,
     decode_inventory,
     decode_physical,
     decode_summary,
 )
-from slurm_gpu.node.spool import Spool
+from slurm_gpu.node.spool import OutboxRow, Spool
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +80,52 @@ class StoreSink(Protocol):
         """Replaces running jobs' recent GPU activity; returns rows written."""
         ...
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Drops the activity rows of jobs that are summarized."""
         ...
+
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        """Keeps each node's newest heartbeat (never an older one); returns nodes written."""
+        ...
+
+
+@runtime_checkable
+class BatchSink(Protocol):
+    """A sink that takes a spool batch whole, as the outbox rows it was read as."""
+
+    def ship_batch(self, node: str, rows: Sequence[OutboxRow]) -> None:
+        """Delivers the rows (committed when it returns). Raises SlurmGpuError."""
+        ...
+
+
+class RetryLater(SlurmGpuError):
+    """The sink cannot take the batch now; the shipper keeps it and retries.
+
+    Attributes:
+        retry_after: seconds the sink asked to wait (HTTP Retry-After), None if it did not.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message)
 
 
 # Events first: a job's row exists before its intervals and summaries arrive.
 # Activity before summaries: a finished job's activity is forgotten once it is summarized.
-_ORDER = {"event": 0, "inventory": 1, "activity": 2, "interval": 3, "physical": 4, "summary": 5}
+# Heartbeats last: one vouches for the activity rows queued before it (store/heartbeats.py).
+_ORDER = {
+    "event": 0,
+    "inventory": 1,
+    "activity": 2,
+    "interval": 3,
+    "physical": 4,
+    "summary": 5,
+    "heartbeat": 6,
+}
 
 
 @dataclass
-class _Batch:
+class DecodedBatch:
     """One batch of outbox rows, decoded; `bad` holds (id, error) of those that failed."""
 
     events: list[JobEvent] = field(default_factory=list)
@@ -94,6 +136,7 @@ class _Batch:
     intervals: list[GpuInterval] = field(default_factory=list)
     physical: list[GpuPhysicalInterval] = field(default_factory=list)
     summaries: list[JobGpuSummary] = field(default_factory=list)
+    heartbeats: list[NodeHeartbeat] = field(default_factory=list)
     bad: list[tuple[int, str]] = field(default_factory=list)
 
     def add(self, kind: str, payload: str) -> None:
@@ -110,8 +153,47 @@ class _Batch:
             self.physical.append(decode_physical(payload))
         elif kind == "summary":
             self.summaries.append(decode_summary(payload))
+        elif kind == "heartbeat":
+            self.heartbeats.append(decode_heartbeat(payload))
         else:
             raise OutboxError(f"outbox row of unknown kind {kind!r}")
+
+
+def sort_rows(rows: list[OutboxRow]) -> None:
+    """Puts a batch's rows in the order they are written (events first, summaries last)."""
+    rows.sort(key=lambda r: (_ORDER.get(r.kind, 9), r.id))
+
+
+def write_batch(store: StoreSink, node: str, batch: DecodedBatch) -> None:
+    """Writes a decoded batch of `node`'s rows, in the order the store needs them.
+
+    Each kind is its own store transaction, in this order: events, inventory, activity,
+    intervals, physical totals, summaries (and the summarized jobs' activity forgotten),
+    heartbeats last.
+
+    Raises:
+        SlurmGpuError: the store's (StoreError); some kinds may be written already, and a
+            retry writes them again harmlessly (idempotent keys).
+    """
+    if batch.events:
+        store.add_events(batch.events)
+    for devices, seen_at, lost in batch.inventory:
+        store.upsert_inventory(node, devices, seen_at)
+        if lost is not None:
+            store.set_lost_gpus(node, lost)
+    if batch.activity:
+        store.add_activity(batch.activity)
+    if batch.intervals:
+        store.add_intervals(batch.intervals)
+    if batch.physical:
+        store.add_physical_intervals(batch.physical)
+    if batch.summaries:
+        store.add_summaries(batch.summaries)
+        store.forget_activity(sorted({s.job_id for s in batch.summaries}), node)
+    if batch.heartbeats:
+        # After the activity rows: a heartbeat vouches for the rows its tick left standing,
+        # so it is committed only once they are (and after an ended job's are forgotten).
+        store.add_heartbeats(batch.heartbeats)
 
 
 class Shipper:
@@ -119,7 +201,7 @@ class Shipper:
 
     Args:
         spool: the node's spool (the shipper's own connection).
-        store: where rows go.
+        store: where rows go: the store (decoded here), or a BatchSink (the rows as read).
         node: this node's name (for inventory rows).
         batch_size: outbox rows per store transaction.
         backoff_max: longest wait between retries while the store is down, seconds.
@@ -131,7 +213,7 @@ class Shipper:
     def __init__(
         self,
         spool: Spool,
-        store: StoreSink,
+        store: StoreSink | BatchSink,
         node: str,
         batch_size: int = 5000,
         backoff_max: float = 300.0,
@@ -157,8 +239,8 @@ class Shipper:
         rows = self.spool.pending(self.batch_size)
         if not rows:
             return 0, 0
-        rows.sort(key=lambda r: (_ORDER.get(r.kind, 9), r.id))
-        batch = _Batch()
+        sort_rows(rows)
+        batch = DecodedBatch()
         keys = {row.id: row.key for row in rows}
         for row in rows:
             try:
@@ -175,24 +257,15 @@ class Shipper:
                     self.spool.path,
                     error,
                 )
-        if batch.events:
-            self.store.add_events(batch.events)
-        for devices, seen_at, lost in batch.inventory:
-            self.store.upsert_inventory(self.node, devices, seen_at)
-            if lost is not None:
-                self.store.set_lost_gpus(self.node, lost)
-        if batch.activity:
-            self.store.add_activity(batch.activity)
-        if batch.intervals:
-            self.store.add_intervals(batch.intervals)
-        if batch.physical:
-            self.store.add_physical_intervals(batch.physical)
-        summaries = batch.summaries
-        if summaries:
-            self.store.add_summaries(summaries)
-            self.store.forget_activity(sorted({s.job_id for s in summaries}))
         bad = {row_id for row_id, _ in batch.bad}
-        self.spool.delete([r.id for r in rows if r.id not in bad])
+        good = [r for r in rows if r.id not in bad]
+        if isinstance(self.store, BatchSink):
+            if good:
+                self.store.ship_batch(self.node, good)
+        else:
+            write_batch(self.store, self.node, batch)
+        summaries = batch.summaries
+        self.spool.delete([r.id for r in good])
         shipped = len(rows) - len(bad)
         self.shipped_total += shipped
         if summaries and self.on_summaries is not None:
@@ -223,11 +296,22 @@ class Shipper:
                 stop.wait(idle_wait if shipped == 0 else 0)
             except SlurmGpuError as exc:
                 self.failures += 1
+                wait = self.retry_delay(exc, delay)
                 log.warning(
                     "shipping failed (%s); %d rows wait in the spool; retry in %.0fs",
                     exc,
                     self.spool.backlog(),
-                    delay,
+                    wait,
                 )
-                stop.wait(delay)
+                stop.wait(wait)
                 delay = min(delay * 2, self.backoff_max)
+
+    def retry_delay(self, exc: SlurmGpuError, delay: float) -> float:
+        """Seconds to wait after `exc`: the back-off's, or longer when the sink asked so.
+
+        A RetryLater's `retry_after` (the collector's Retry-After) is honoured up to
+        `backoff_max`: a collector that sheds load is not asked again sooner than it said.
+        """
+        if isinstance(exc, RetryLater) and exc.retry_after is not None:
+            return max(delay, min(exc.retry_after, self.backoff_max))
+        return delay

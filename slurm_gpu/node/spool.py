@@ -993,7 +993,13 @@ class Spool:
 
     @staticmethod
     def queue(db: sqlite3.Connection, kind: str, key: str, payload: Any) -> None:
-        """Queues any JSON-able payload for shipping under an idempotency key."""
+        """Queues any JSON-able payload for shipping under an idempotency key.
+
+        A payload queued again under its key replaces the row queued before and takes the
+        newest place in the outbox: REPLACE deletes the old row and inserts anew, and
+        AUTOINCREMENT never reuses an id. Rows ship in that order (`pending`), so a tick's
+        heartbeat ships behind every row queued before it (issue 16, ship_less.py).
+        """
         db.execute(
             "INSERT OR REPLACE INTO outbox (kind, key, payload) VALUES (?, ?, ?)",
             (kind, key, encode(payload)),
@@ -1002,7 +1008,7 @@ class Spool:
     # --- outbox ------------------------------------------------------------------------
 
     def pending(self, limit: int) -> list[OutboxRow]:
-        """The oldest `limit` outbox rows."""
+        """The oldest `limit` outbox rows, in the order they were (last) queued."""
         rows = self._db.execute(
             "SELECT id, kind, key, payload FROM outbox ORDER BY id LIMIT ?", (limit,)
         )

@@ -15,7 +15,7 @@ slot-hours), so seven 1g.10gb slices for an hour are 7 slot-hours and 1 GPU-hour
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -56,6 +56,8 @@ class Report:
     rows: list[dict[str, Any]]
     total: dict[str, Any]
     top_waste: list[dict[str, Any]]
+    # How a figure was had where it is not exact (the usage rollups' queue wait p95).
+    notes: list[str] = field(default_factory=list)
 
 
 def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFrame:

@@ -302,12 +302,15 @@ class GpuNode:
         state: scontrol's state as printed ("MIXED", "IDLE+DRAIN", "DOWN*").
         gpus: configured GPUs (CfgTRES `gres/gpu`; 0 when none).
         alloc_gpus: GPUs allocated to jobs now (AllocTRES `gres/gpu`).
+        addr: NodeAddr, the address (or host name) slurmctld reaches the node at; ""
+            when scontrol printed none. The collector checks credentials against it.
     """
 
     name: str
     state: str
     gpus: int
     alloc_gpus: int
+    addr: str = ""
 
 
 def parse_node_gpus(text: str) -> tuple[list[GpuNode], list[str]]:
@@ -339,7 +342,15 @@ def parse_node_gpus(text: str) -> tuple[list[GpuNode], list[str]]:
         except ValueError as exc:
             problems.append(f"scontrol show node: node {brief(values['NodeName'])}: {exc}")
             continue
-        nodes.append(GpuNode(values["NodeName"], values.get("State", ""), gpus, alloc))
+        nodes.append(
+            GpuNode(
+                values["NodeName"],
+                values.get("State", ""),
+                gpus,
+                alloc,
+                values.get("NodeAddr", ""),
+            )
+        )
     return nodes, problems
 
 

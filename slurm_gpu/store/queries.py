@@ -25,6 +25,7 @@ from slurm_gpu.store.schema import (
     gpu_intervals,
     gpu_inventory,
     job_gpu_summaries,
+    job_usage,
     jobs,
 )
 from slurm_gpu.store.store import Store
@@ -566,3 +567,8 @@ def sync_jobs(store: Store, rows: Iterable[Mapping[str, Any]]) -> int:
     for i in range(0, len(batch), CHUNK):
         store.upsert_jobs(batch[i : i + CHUNK])
     return len(batch)
+
+
+# ---- usage rollups (revision 0010; store/usage_rollup.py, reports/rollups.py) ----------
+
+JOB_USAGE_COLUMNS = tuple(c.name for c in job_usage.columns if c.name != "cluster")

@@ -308,6 +308,19 @@ gpu_activity = sa.Table(
     sa.PrimaryKeyConstraint("cluster", "job_id", "node", "slot_id"),
 )
 
+# Revision 0011 (issue 16, "ship less"): each node's newest agent heartbeat, which extends
+# its activity rows to `tick` for the slots in `slots` (a JSON list of slot ids; store/
+# heartbeats.py). An older heartbeat never replaces a newer one.
+node_heartbeats = sa.Table(
+    "node_heartbeats",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("node", sa.String(NODE), nullable=False),
+    _time("tick"),
+    sa.Column("slots", sa.Text(), nullable=False),
+    sa.PrimaryKeyConstraint("cluster", "node"),
+)
+
 # Every controller decision, dry-run or real, written before it is acted on.
 audit_log = sa.Table(
     "audit_log",
@@ -394,6 +407,147 @@ report_deliveries = sa.Table(
     sa.Column("message_id", sa.String(255), nullable=False),
 )
 
+# ---- revision 0010: usage rollups written at ingest (issue 16) ------------------------
+
+# The sums a report figure is made of (reports/rollups.py), per job and place
+# (`job_usage`) and per day (`usage_daily`, prorated like the reports: by the part of the
+# job inside the day). Clipped as reports/figures.py clips each GPU row: missing at most
+# the GPU-seconds, active at most the measured rest. `energy_rows` counts the summary
+# rows with an energy figure (none: energy unknown); the `*_unused_*` sums are each
+# row's units x its GPM-measured, SM-inactive share (reports/pricing.py unused_share).
+USAGE_SUMS = (
+    "gpu_seconds",
+    "active_seconds",
+    "missing_seconds",
+    "mem_gib_seconds",
+    "energy_joules",
+    "util_weighted_sum",
+    "util_seconds",
+    "physical_seconds",
+    "gpm_seconds",
+    *(f"{m}_{part}" for m in GPM_METRICS for part in ("weighted_sum", "gpm_seconds")),
+    "job_hour_seconds",
+    "gpu_unused_seconds",
+    "mem_unused_gib_seconds",
+    "job_hour_unused_seconds",
+)
+USAGE_COUNTS = ("energy_rows", "summary_rows")
+# Who is counted (not prorated): a job counts on the last UTC day it has usage in, split
+# over its rows so that a group holding all its rows counts it once: `jobs` 1/(its rows),
+# for groups by owner; `node_jobs`, `model_jobs`, `slot_jobs` 1/(its rows on that node,
+# of that GPU model, in that slot group), for `report node`, `gpu-models`, `slots`.
+MEMBER_WEIGHTS = ("jobs", "node_jobs", "model_jobs", "slot_jobs")
+# Queue wait (Start - Submit) of the jobs counted, per weight: the weight of the jobs
+# whose wait is known, and their waits x weight (the mean is exact) ...
+WAIT_SUMS = (
+    *(f"{w}_waited" for w in MEMBER_WEIGHTS),
+    *(f"{w}_wait_seconds" for w in MEMBER_WEIGHTS),
+)
+# ... and the known waits' histogram per weight in log2 buckets (the 95th percentile is
+# read from it): bucket 0 below 1 s, bucket i in [2^(i-1), 2^i) s, the last one from
+# 2^(WAIT_BUCKETS-2) s (97 days) on.
+WAIT_BUCKETS = 26
+WAIT_HISTOGRAMS = {
+    w: tuple(f"{w}_wait_h{i:02d}" for i in range(WAIT_BUCKETS)) for w in MEMBER_WEIGHTS
+}
+WAIT_HISTOGRAM = tuple(c for w in MEMBER_WEIGHTS for c in WAIT_HISTOGRAMS[w])
+# Where the usage was (a job's summaries on one node of one model and slot shape).
+USAGE_PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
+
+
+def _usage_columns() -> list[sa.Column[Any]]:
+    return [
+        *(sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in USAGE_SUMS),
+        *(sa.Column(n, sa.BigInteger(), nullable=False, server_default="0") for n in USAGE_COUNTS),
+    ]
+
+
+def _member_columns(names: tuple[str, ...]) -> list[sa.Column[Any]]:
+    return [sa.Column(n, sa.Double(), nullable=False, server_default="0") for n in names]
+
+
+def _place_columns() -> list[sa.Column[Any]]:
+    return [
+        sa.Column("node", sa.String(NODE), nullable=False),
+        sa.Column("gpu_model", sa.String(NAME), nullable=False),
+        sa.Column("slot_kind", sa.String(16), nullable=False),
+        sa.Column("mig_profile", sa.String(32), nullable=False),
+        sa.Column("share", sa.Double(), nullable=False),
+    ]
+
+
+# One row per job, run and place: the job's summaries there, summed (not prorated), with
+# the job facts the reports prorate and group by, as they were when folded.
+job_usage = sa.Table(
+    "job_usage",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("job_id", sa.BigInteger(), nullable=False, autoincrement=False),
+    sa.Column("restart", sa.Integer(), nullable=False, autoincrement=False),
+    *_place_columns(),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    _time("submit_time", nullable=True),
+    _time("start_time"),
+    _time("end_time"),
+    *_usage_columns(),
+    *_member_columns(MEMBER_WEIGHTS),
+    sa.PrimaryKeyConstraint("cluster", "job_id", "restart", *USAGE_PLACE),
+)
+# The jobs across a report period's ends (reports/rollups.py `boundary_cells`): found
+# in the index, by end then start, without reading the rows of the others (the cluster
+# first: SQLite without statistics prefers an index its equality test can use).
+sa.Index(None, job_usage.c.cluster, job_usage.c.end_time, job_usage.c.start_time)
+sa.Index(None, job_usage.c.start_time)
+# Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
+sa.Index(None, job_usage.c.cluster, job_usage.c.user, job_usage.c.end_time)
+
+# Per UTC day, owner and place: the prorated sums of `job_usage` (the days each job
+# touches, by the part of the job inside each day).
+usage_daily = sa.Table(
+    "usage_daily",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("day", sa.Double(), nullable=False, autoincrement=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    *_place_columns(),
+    *_usage_columns(),
+    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
+    sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
+)
+
+# Per UTC month (`month`: its first midnight), owner and place but the node (blank, but
+# for a blank GPU model, which the report fills from the node): the sums of that month's
+# `usage_daily` rows. A month's report reads it instead of the month's days.
+usage_monthly = sa.Table(
+    "usage_monthly",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("month", sa.Double(), nullable=False, autoincrement=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    *_place_columns(),
+    *_usage_columns(),
+    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
+    sa.PrimaryKeyConstraint("cluster", "month", "user", "account", "partition", *USAGE_PLACE),
+)
+
+# The jobs of `jobs` that have no `job_usage` row (running, no summary yet, no start or
+# no end: the reports read them from raw rows), kept by every refold, so that a report
+# finds them without testing every job of its period.
+usage_unfolded = sa.Table(
+    "usage_unfolded",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("job_id", sa.BigInteger(), primary_key=True, autoincrement=False),
+    _time("began", nullable=True),  # start time, else submit time (jobs_in_window's test)
+    _time("end_time", nullable=True),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -404,10 +558,15 @@ ALL_TABLES = (
     gpu_inventory,
     job_events,
     gpu_activity,
+    node_heartbeats,
     audit_log,
     exemptions,
     controller_lease,
     notifications,
     quota_actions,
     report_deliveries,
+    job_usage,
+    usage_daily,
+    usage_monthly,
+    usage_unfolded,
 )

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import alembic.command
 import alembic.config
@@ -31,8 +31,9 @@ from slurm_gpu.models import (
     JobEventKind,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
-from slurm_gpu.store import convert, rollup
+from slurm_gpu.store import bulk, convert, heartbeats, rollup, usage_rollup
 from slurm_gpu.store.control import ControlStore
 from slurm_gpu.store.deliveries import DeliveryLog
 from slurm_gpu.store.dialect import (
@@ -55,6 +56,9 @@ from slurm_gpu.store.schema import (
     jobs,
 )
 from slurm_gpu.store.urls import DEFAULT_DRIVERS, EXTRAS, describe_url
+
+if TYPE_CHECKING:
+    from slurm_gpu.node.shipper import DecodedBatch
 
 MIGRATIONS = "slurm_gpu.store:migrations"
 VERSION_TABLE = "slurm_gpu_alembic_version"
@@ -96,12 +100,17 @@ class Store:
         cluster: cluster name written to `jobs`, `job_gpus`, `job_events` and
             `job_gpu_summaries` rows, and the one every job query is scoped to.
         echo: log every SQL statement.
+        pool_size: the most connections the store opens at once (a server backend's pool
+            holds exactly that many, none beyond; None: SQLAlchemy's default pool).
+            SQLite keeps its own pool either way.
 
     Raises:
         StoreError: the URL is malformed, its backend unsupported or its driver missing.
     """
 
-    def __init__(self, url: str, cluster: str = "", echo: bool = False) -> None:
+    def __init__(
+        self, url: str, cluster: str = "", echo: bool = False, pool_size: int | None = None
+    ) -> None:
         self.cluster = cluster
         try:
             parsed = sa.make_url(url)
@@ -114,9 +123,17 @@ class Store:
             parsed = parsed.set(drivername=f"{backend}+{DEFAULT_DRIVERS[backend]}")
         self._secret = parsed.password if isinstance(parsed.password, str) else None
         self.where = describe_url(parsed)
+        pool: dict[str, Any] = {}
+        if pool_size is not None and backend != "sqlite":
+            # Exactly pool_size: a caller past it waits for a free connection (pool_timeout).
+            pool = {"pool_size": pool_size, "max_overflow": 0}
         try:
             self.engine = sa.create_engine(
-                parsed, echo=echo, hide_parameters=True, pool_pre_ping=backend != "sqlite"
+                parsed,
+                echo=echo,
+                hide_parameters=True,
+                pool_pre_ping=backend != "sqlite",
+                **pool,
             )
         except ModuleNotFoundError as exc:
             hint = f" (pip install 'slurm-gpu[{EXTRAS[backend]}]')" if backend in EXTRAS else ""
@@ -268,6 +285,21 @@ class Store:
         params = [convert.interval_to_row(row) for row in rows]
         with self.writing(f"adding {len(rows)} GPU intervals") as conn:
             return self._insert_ignore(conn, gpu_intervals, params)
+
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        """Write many nodes' decoded batches in one transaction (`bulk.write_batches`).
+
+        What `shipper.write_batch` writes of each, in the same order and with the same
+        idempotent keys, but committed once: a group shipped twice lands once.
+
+        Returns:
+            The rows written (new events, intervals and physical intervals; activity rows
+            and summaries written).
+        """
+        if not batches:
+            return 0
+        with self.writing(f"writing {len(batches)} batches") as conn:
+            return bulk.write_batches(self, conn, batches)
 
     def _insert_ignore(
         self, conn: sa.Connection, table: sa.Table, params: list[dict[str, Any]]
@@ -453,41 +485,48 @@ class Store:
         """
         if not events:
             return 0
-        cluster = self.cluster
         with self.writing(f"adding {len(events)} job events") as conn:
-            e_ = job_events.c
-            stored = conn.execute(
-                sa.select(e_.job_id, e_.kind, e_.time, e_.restart).where(
-                    e_.cluster == cluster, e_.job_id.in_(sorted({e.job_id for e in events}))
-                )
-            ).all()
-            events = convert.assign_runs([tuple(r) for r in stored], events)
-            new = self._insert_ignore(
-                conn,
-                job_events,
-                [convert.event_to_row(e, cluster) for e in events],
-            )
-            gpu_rows = [
-                {
-                    "cluster": cluster,
-                    "job_id": e.job_id,
-                    "node": e.node,
-                    "slurm_index": i,
-                    "gpu_uuid": "",
-                    "slot_id": "",
-                    "start": e.time,
-                    "end": None,
-                    "restart": e.restart,
-                }
-                for e in events
-                if e.kind is JobEventKind.STARTED
-                for i in e.gpu_indices
-            ]
-            if gpu_rows:
-                conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
-            self._set_gpu_ends(conn, {(e.job_id, e.node, e.restart) for e in events})
-            self._merge_jobs(conn, events)
+            new = self._add_events(conn, events)
+            # The jobs' facts changed: their usage rollups follow (revision 0010).
+            usage_rollup.refold(conn, self.cluster, sorted({e.job_id for e in events}))
             return new
+
+    def _add_events(self, conn: sa.Connection, events: Sequence[JobEvent]) -> int:
+        """`add_events` in the caller's transaction, but for the rollups (refold after)."""
+        cluster = self.cluster
+        e_ = job_events.c
+        stored = conn.execute(
+            sa.select(e_.job_id, e_.kind, e_.time, e_.restart).where(
+                e_.cluster == cluster, e_.job_id.in_(sorted({e.job_id for e in events}))
+            )
+        ).all()
+        events = convert.assign_runs([tuple(r) for r in stored], events)
+        new = self._insert_ignore(
+            conn,
+            job_events,
+            [convert.event_to_row(e, cluster) for e in events],
+        )
+        gpu_rows = [
+            {
+                "cluster": cluster,
+                "job_id": e.job_id,
+                "node": e.node,
+                "slurm_index": i,
+                "gpu_uuid": "",
+                "slot_id": "",
+                "start": e.time,
+                "end": None,
+                "restart": e.restart,
+            }
+            for e in events
+            if e.kind is JobEventKind.STARTED
+            for i in e.gpu_indices
+        ]
+        if gpu_rows:
+            conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
+        self._set_gpu_ends(conn, {(e.job_id, e.node, e.restart) for e in events})
+        self._merge_jobs(conn, events)
+        return new
 
     def _set_gpu_ends(self, conn: sa.Connection, runs: set[tuple[int, str, int]]) -> None:
         # From the stored ended events, so an epilog event that arrived before the prolog's
@@ -560,6 +599,16 @@ class Store:
                 values.update(cluster=self.cluster, job_id=job_id)
                 params.append(values)
             conn.execute(upsert(self.dialect, jobs, convert.JOB_COLUMNS), params)
+            usage_rollup.refold(conn, self.cluster, ids)  # revision 0010
+
+    def rebuild_rollups(self, since: float | None = None) -> int:
+        """Recompute the usage rollups (revision 0010) from raw rows, one transaction.
+
+        Of every job that ended on or after the UTC day of `since` (None: all); every
+        cluster in the store. Returns the number of `job_usage` rows written.
+        """
+        with self.writing("rebuilding the usage rollups") as conn:
+            return usage_rollup.rebuild(conn, None, since)
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         """The `jobs` row of `job_id` in this store's cluster, or None."""
@@ -610,28 +659,35 @@ class Store:
         """
         if not rows:
             return 0
+        with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
+            self._add_summaries(conn, rows)
+            # Folded into the usage rollups in the same transaction (revision 0010).
+            usage_rollup.refold(conn, self.cluster, sorted({r.job_id for r in rows}))
+        return len(rows)
+
+    def _add_summaries(self, conn: sa.Connection, rows: Sequence[JobGpuSummary]) -> int:
+        """`add_summaries` in the caller's transaction, but for the rollups (refold after)."""
         key = ("job_id", "node", "slot_id", "restart")
         update = [n for n in convert.SUMMARY_FIELDS if n not in key]
-        with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
-            # A summary's run is that of the job's GPU rows on its node that started with
-            # it (the store told the runs apart where the node's agent could not).
-            g = job_gpus.c
-            runs = {
-                (job_id, node, start): restart
-                for job_id, node, start, restart in conn.execute(
-                    sa.select(g.job_id, g.node, g.start, g.restart).where(
-                        g.cluster == self.cluster, g.job_id.in_(sorted({r.job_id for r in rows}))
-                    )
-                ).all()
-            }
-            rows = [
-                replace(r, restart=max(r.restart, runs.get((r.job_id, r.node, r.start), 0)))
-                for r in rows
-            ]
-            conn.execute(
-                upsert(self.dialect, job_gpu_summaries, update),
-                [convert.summary_to_row(r, self.cluster) for r in rows],
-            )
+        # A summary's run is that of the job's GPU rows on its node that started with
+        # it (the store told the runs apart where the node's agent could not).
+        g = job_gpus.c
+        runs = {
+            (job_id, node, start): restart
+            for job_id, node, start, restart in conn.execute(
+                sa.select(g.job_id, g.node, g.start, g.restart).where(
+                    g.cluster == self.cluster, g.job_id.in_(sorted({r.job_id for r in rows}))
+                )
+            ).all()
+        }
+        rows = [
+            replace(r, restart=max(r.restart, runs.get((r.job_id, r.node, r.start), 0)))
+            for r in rows
+        ]
+        conn.execute(
+            upsert(self.dialect, job_gpu_summaries, update),
+            [convert.summary_to_row(r, self.cluster) for r in rows],
+        )
         return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
@@ -651,6 +707,12 @@ class Store:
         """Record that `devices` were on `node` at `seen_at` (first_seen kept, last_seen max)."""
         if not devices:
             return
+        with self.writing(f"updating the GPU inventory of {node}") as conn:
+            self._upsert_inventory(conn, node, devices, seen_at)
+
+    def _upsert_inventory(
+        self, conn: sa.Connection, node: str, devices: Sequence[GpuDevice], seen_at: float
+    ) -> None:
         update = [
             "model",
             "minor",
@@ -662,8 +724,7 @@ class Store:
         stmt = upsert(
             self.dialect, gpu_inventory, update, keep_min=["first_seen"], keep_max=["last_seen"]
         )
-        with self.writing(f"updating the GPU inventory of {node}") as conn:
-            conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
+        conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
 
     def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
         """Record which of `node`'s GPUs its agent cannot read; every other one can.
@@ -671,20 +732,23 @@ class Store:
         A lost GPU is found by its UUID, or by its minor when the agent never learnt
         the UUID (a GPU gres.conf lists that NVML did not show at the agent's start).
         """
-        i = gpu_inventory.c
         with self.writing(f"recording the lost GPUs of {node}") as conn:
+            self._set_lost_gpus(conn, node, lost)
+
+    def _set_lost_gpus(self, conn: sa.Connection, node: str, lost: Sequence[LostGpu]) -> None:
+        i = gpu_inventory.c
+        conn.execute(
+            gpu_inventory.update()
+            .where(i.node == node, i.lost_since.is_not(None))
+            .values(lost_since=None, lost_reason=None)
+        )
+        for gpu in lost:
+            which = i.uuid == gpu.uuid if gpu.uuid else i.minor == gpu.minor
             conn.execute(
                 gpu_inventory.update()
-                .where(i.node == node, i.lost_since.is_not(None))
-                .values(lost_since=None, lost_reason=None)
+                .where(i.node == node, which)
+                .values(lost_since=gpu.since, lost_reason=gpu.reason[:255])
             )
-            for gpu in lost:
-                which = i.uuid == gpu.uuid if gpu.uuid else i.minor == gpu.minor
-                conn.execute(
-                    gpu_inventory.update()
-                    .where(i.node == node, which)
-                    .values(lost_since=gpu.since, lost_reason=gpu.reason[:255])
-                )
 
     def inventory(self, node: str | None = None) -> list[InventoryEntry]:
         """GPUs seen, ordered by node and NVML index."""
@@ -715,6 +779,19 @@ class Store:
         """
         if not rows:
             return 0
+        with self.writing(f"adding {len(rows)} GPU activity rows") as conn:
+            return self._add_activity(conn, rows)
+
+    def _add_activity(self, conn: sa.Connection, rows: Sequence[GpuActivity]) -> int:
+        conn.execute(
+            self._activity_upsert, [convert.activity_to_row(r, self.cluster) for r in rows]
+        )
+        return len(rows)
+
+    @functools.cached_property
+    def _activity_upsert(self) -> sa.Insert:
+        # Built once: every tick of every node writes activity, and building the statement
+        # costs more than executing it (~1 ms).
         fields = (
             "slurm_index",
             "start",
@@ -730,15 +807,16 @@ class Store:
             "mig_profile",
             "measured_by",
         )
-        stmt = upsert(
+        return upsert(
             self.dialect, gpu_activity, fields, keep_max=("last_active", "last_sm_active")
         )
-        with self.writing(f"adding {len(rows)} GPU activity rows") as conn:
-            conn.execute(stmt, [convert.activity_to_row(r, self.cluster) for r in rows])
-        return len(rows)
 
     def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
-        """Newest activity per job and GPU slot (of `job_ids`, or of every job)."""
+        """Newest activity per job and GPU slot (of `job_ids`, or of every job).
+
+        Each row is carried forward to its node's newest heartbeat where that vouches for
+        its slot (`heartbeats.extended`): the agent ships a row only when it changed.
+        """
         a = gpu_activity.c
         query = sa.select(gpu_activity).where(a.cluster == self.cluster)
         if job_ids is not None:
@@ -747,15 +825,37 @@ class Store:
             query = query.where(a.job_id.in_(list(job_ids)))
         with self.reading("reading GPU activity") as conn:
             ordered = query.order_by(a.job_id, a.node, a.slurm_index, a.slot_id)
-            return [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
+            rows = [convert.row_to_activity(r) for r in conn.execute(ordered).mappings()]
+            beats = heartbeats.read_heartbeats(conn, self.cluster, {r.node for r in rows})
+        return heartbeats.extended(rows, beats)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
-        """Drop finished jobs' activity rows (their summaries now hold the record)."""
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        """Keep each node's newest agent heartbeat (`heartbeats.write_heartbeats`).
+
+        `activity()` extends a node's activity rows to it; an older heartbeat (a batch
+        shipped twice, or late) never moves a node's back. Returns the nodes written.
+        """
+        if not rows:
+            return 0
+        with self.writing(f"adding {len(rows)} node heartbeats") as conn:
+            return heartbeats.write_heartbeats(conn, self.cluster, rows)
+
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
+        """Drop finished jobs' activity rows (their summaries now hold the record).
+
+        node: only that node's rows (its agent summarized the jobs there). A job's rows on
+        another node stay: that node's agent ships them only when they change, so deleting
+        them would leave its still-running part unknown until its next change.
+        """
         if job_ids:
             with self.writing("removing finished jobs' activity") as conn:
-                conn.execute(
-                    gpu_activity.delete().where(
-                        gpu_activity.c.cluster == self.cluster,
-                        gpu_activity.c.job_id.in_(list(job_ids)),
-                    )
-                )
+                self._forget_activity(conn, job_ids, node)
+
+    def _forget_activity(
+        self, conn: sa.Connection, job_ids: Sequence[int], node: str | None = None
+    ) -> None:
+        a = gpu_activity.c
+        where = [a.cluster == self.cluster, a.job_id.in_(list(job_ids))]
+        if node is not None:
+            where.append(a.node == node)
+        conn.execute(gpu_activity.delete().where(*where))

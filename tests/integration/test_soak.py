@@ -27,7 +27,7 @@ def test_short_soak_loses_nothing_and_wrongs_nobody(testbed: TestBed) -> None:
         for line in done.stdout.splitlines()
         if line.startswith("  ")
         and not line.strip().startswith(
-            ("peak", "store", "agent", "slurmctld", "gpu", "controller")
+            ("peak", "store", "agent", "slurmctld", "gpu", "controller", "collector", "link")
         )
     }
     zero = [

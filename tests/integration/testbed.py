@@ -105,9 +105,39 @@ class TestBed:
         return "gpu:a100:4" + ("" if self.slurm_release == "22.05" else "(S:0-7)")
 
     def metrics_address(self, node: str) -> str:
-        """host:port of `node`'s agent /metrics: each release's bed has its own ports."""
+        """host:port of `node`'s agent /metrics: each release's bed has its own ports.
+
+        An agent in its node's network namespace serves on the node's address
+        (docker/slurm-cluster/collector.sh); one on the host's network on 127.0.0.1.
+        """
         base = int(self.env.get("SLURM_GPU_METRICS_PORT_BASE", "19900"))
-        return f"127.0.0.1:{base + int(node.removeprefix('gpu'))}"
+        hosts = dict(
+            item.split("=", 1) for item in self.env.get("SLURM_GPU_AGENT_HOSTS", "").split()
+        )
+        return f"{hosts.get(node, '127.0.0.1')}:{base + int(node.removeprefix('gpu'))}"
+
+    @property
+    def through_collector(self) -> bool:
+        """Whether the agents ship through the bed's collector (SLURM_GPU_BED_STORE)."""
+        return self.env.get("SLURM_GPU_BED_STORE", "collector") == "collector"
+
+    @property
+    def collector_url(self) -> str:
+        """The bed's collector, "http://HEAD_ADDR:PORT" (through_collector only)."""
+        return self.env["SLURM_GPU_COLLECTOR_URL"]
+
+    @property
+    def collector_log(self) -> Path:
+        """What the bed's collector logs (refusals among it)."""
+        return self.state_dir / "log" / "slurm-gpu-collector.out"
+
+    def munge_socket(self, node: str) -> Path:
+        """The socket of `node`'s own munged (its credentials carry the node's address)."""
+        return self.state_dir / f"munge-{node}" / "munge.socket.2"
+
+    def pid(self, daemon: str) -> int:
+        """The pid of a daemon the launcher started ("slurm-gpu-collector", ...)."""
+        return int((self.state_dir / "run" / f"{daemon}.pid").read_text())
 
     def metrics_url(self, node: str) -> str:
         """/metrics of `node`'s agent: each release's bed has its own ports."""

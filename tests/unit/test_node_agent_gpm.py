@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from slurm_gpu.models import GpuInterval, JobGpuSummary
-from slurm_gpu.node.outbox import decode_activity, decode_interval, decode_summary
+from slurm_gpu.node.outbox import decode_interval, decode_summary
+from slurm_gpu.node.ship_less import outbox_view
 from tests.unit.test_node_agent import T0, end_job, make_agent, outbox, run_until, start_job
 
 
@@ -135,8 +136,8 @@ def activity_after(
     agent.tick()
     start_job(node_dir, 7, [gpu], T0 + 5)
     run_until(agent, clock, T0 + until)
-    (payload,) = outbox(agent, "activity")
-    activity = decode_activity(payload)
+    # as the store shows it: the row carried to the newest heartbeat (issue 16)
+    (activity,) = outbox_view((k, p) for _, k, _, p in agent.spool.pending(10**6))
     return activity.sm_active_recent_percent, activity.last_sm_active
 
 

@@ -33,6 +33,7 @@ from slurm_gpu.node.outbox import (
     decode_physical,
     decode_summary,
 )
+from slurm_gpu.node.ship_less import outbox_view
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.gres import parse_gres_node
 from slurm_gpu.slurm.mig_minors import MigMinors, parse_mig_minors
@@ -194,7 +195,9 @@ def test_running_mig_jobs_activity_is_their_slices(tmp_path: Path) -> None:
         start_job(node_dir, job, index, uuid, T0 + 15)
     run(agent, clock, T0 + 50)
 
-    activity = {a.job_id: a for a in map(decode_activity, rows(agent, "activity"))}
+    # as the store shows them: carried to the newest heartbeat (issue 16)
+    view = outbox_view((k, p) for _, k, _, p in agent.spool.pending(10**6))
+    activity = {a.job_id: a for a in view}
     busy, idle = activity[8], activity[9]
     assert (busy.slot_id, busy.util_recent_percent, busy.last_active) == (MIG_2G, 60.0, T0 + 50)
     assert (busy.sm_active_recent_percent, busy.last_sm_active) == (58.0, T0 + 50)

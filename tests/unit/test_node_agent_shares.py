@@ -15,12 +15,12 @@ from slurm_gpu.models import GpuDevice, GpuProcess, Measurement, SlotKind
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.hookfiles import parse_binding, read_events
 from slurm_gpu.node.outbox import (
-    decode_activity,
     decode_event,
     decode_interval,
     decode_physical,
     decode_summary,
 )
+from slurm_gpu.node.ship_less import outbox_view
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.gres import parse_gres_node
 from slurm_gpu.testing import FakeGpuSource, FixedClock
@@ -88,7 +88,9 @@ def two_shard_jobs(tmp_path: Path) -> Rig:
 
 def test_two_shard_jobs_are_busy_and_idle_by_their_own_processes(tmp_path: Path) -> None:
     agent, clock, _, node_dir = two_shard_jobs(tmp_path)
-    activity = {a.job_id: a for a in (decode_activity(p) for _, p in rows(agent, "activity"))}
+    # as the store shows them: carried to the newest heartbeat (issue 16)
+    view = outbox_view((k, p) for _, k, _, p in agent.spool.pending(10**6))
+    activity = {a.job_id: a for a in view}
     for job in (20, 21):
         end_job(node_dir, job, T0 + 165)
     run(agent, clock, T0 + 190)

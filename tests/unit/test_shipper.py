@@ -18,6 +18,7 @@ from slurm_gpu.models import (
     LostGpu,
     Measurement,
     MigDevice,
+    NodeHeartbeat,
     SlotKind,
 )
 from slurm_gpu.node.outbox import device_fields, fields_of
@@ -69,8 +70,12 @@ class FakeStore:
         self._check("activity")
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         self._check("forget")
+
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        self._check("heartbeats")
+        return len(rows)
 
 
 def interval(start: float) -> GpuInterval:

@@ -219,11 +219,14 @@ def test_parse_index_list_takes_ascii_digits_only() -> None:
 
 
 def test_node_gpus_from_the_capture() -> None:
-    """The 22.05 capture: gpu1 MIXED with 2 of 4 GPUs allocated, gpu2 IDLE with none."""
+    """The 22.05 capture: gpu1 MIXED with 2 of 4 GPUs allocated, gpu2 IDLE with none.
+
+    Both at NodeAddr 127.0.0.1 (the collector checks credentials against it).
+    """
     text = (DATA / "scontrol-o-show-node-22.05.txt").read_text()
     expected = [
-        scontrol.GpuNode("gpu1", "MIXED", 4, 2),
-        scontrol.GpuNode("gpu2", "IDLE", 4, 0),
+        scontrol.GpuNode("gpu1", "MIXED", 4, 2, "127.0.0.1"),
+        scontrol.GpuNode("gpu2", "IDLE", 4, 0, "127.0.0.1"),
     ]
     assert (expected, []) == scontrol.parse_node_gpus(text)
 

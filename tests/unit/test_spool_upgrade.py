@@ -27,6 +27,7 @@ from slurm_gpu.models import (
     JobEventKind,
     JobGpuSummary,
     LostGpu,
+    NodeHeartbeat,
 )
 from slurm_gpu.node.attribution import JobSpan, Piece
 from slurm_gpu.node.shipper import Shipper
@@ -219,6 +220,7 @@ class RecordingStore:
         self.inventory: list[tuple[str, list[GpuDevice], float]] = []
         self.activity: list[GpuActivity] = []
         self.physical: list[GpuPhysicalInterval] = []
+        self.heartbeats: list[NodeHeartbeat] = []
 
     def add_events(self, events: Sequence[JobEvent]) -> int:
         self.events += events
@@ -246,8 +248,12 @@ class RecordingStore:
         self.activity += rows
         return len(rows)
 
-    def forget_activity(self, job_ids: Sequence[int]) -> None:
+    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         pass
+
+    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
+        self.heartbeats += rows
+        return len(rows)
 
 
 @pytest.fixture

@@ -1,0 +1,98 @@
+"""What the collector counts, for its own /metrics (Prometheus text format).
+
+- `slurm_gpu_collector_batches_total`, `slurm_gpu_collector_rows_total`: accepted and
+  committed batches, and the outbox rows in them.
+- `slurm_gpu_collector_refused_total{reason=...}`: refused batches by reason (malformed,
+  bad_credential, replayed, expired, non_root, digest_mismatch, wrong_node, foreign_rows,
+  oversized, queue_full, store_down, munge_unavailable).
+- `slurm_gpu_collector_queue_depth`: accepted batches waiting for a writer.
+- `slurm_gpu_collector_write_seconds`: time to write one group of batches into the
+  store (one transaction).
+- `slurm_gpu_collector_group_batches`: batches per committed group (group commit).
+- `slurm_gpu_collector_rows_written_total`: store rows the committed groups wrote (new
+  events, intervals and physical intervals; activity rows and summaries upserted): a
+  batch shipped again counts its activity and summaries only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+REASONS = (
+    "malformed",
+    "bad_credential",
+    "replayed",
+    "expired",
+    "non_root",
+    "digest_mismatch",
+    "wrong_node",
+    "foreign_rows",
+    "oversized",
+    "queue_full",
+    "store_down",
+    "munge_unavailable",
+)
+
+
+class CollectorMetrics:
+    """The collector's counters, in a registry of their own (one per collector)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.batches = Counter(
+            "slurm_gpu_collector_batches",
+            "Batches accepted and committed to the store",
+            registry=self.registry,
+        )
+        self.rows = Counter(
+            "slurm_gpu_collector_rows",
+            "Outbox rows in the batches accepted",
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "slurm_gpu_collector_refused",
+            "Batches refused, by reason",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in REASONS:  # every reason has a series from the start, at 0
+            self.refused.labels(reason=reason)
+        self.queue_depth = Gauge(
+            "slurm_gpu_collector_queue_depth",
+            "Accepted batches waiting for a writer",
+            registry=self.registry,
+        )
+        self.write_seconds = Histogram(
+            "slurm_gpu_collector_write_seconds",
+            "Seconds to write one group of batches into the store (one transaction)",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
+        self.group_batches = Histogram(
+            "slurm_gpu_collector_group_batches",
+            "Batches committed together in one transaction (group commit)",
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            registry=self.registry,
+        )
+        self.rows_written = Counter(
+            "slurm_gpu_collector_rows_written",
+            "Store rows written by the committed groups",
+            registry=self.registry,
+        )
+
+    def track_queue(self, depth: Callable[[], int]) -> None:
+        """Reads the queue depth from `depth` at each scrape."""
+        self.queue_depth.set_function(lambda: float(depth()))
+
+    def refused_count(self, reason: str) -> float:
+        """How many batches were refused for `reason` so far."""
+        value = self.registry.get_sample_value(
+            "slurm_gpu_collector_refused_total", {"reason": reason}
+        )
+        return value or 0.0
+
+    def text(self) -> bytes:
+        """Every metric in the Prometheus text format."""
+        return generate_latest(self.registry)

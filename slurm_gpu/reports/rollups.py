@@ -1,0 +1,666 @@
+"""`slurm-gpu report` from the usage rollups (revision 0010, issue 16).
+
+The same figures as reports/summary.py `build_report` over the GPU frame, summed from:
+
+- `usage_monthly` for the whole UTC months inside the period and `usage_daily` for its
+  other whole UTC days (each row already prorated, as `prorated` prorates a job: by the
+  part of the job inside the period), summed by the database per owner and place (per
+  node only for `report node`, which reads days only): what is read grows with users
+  and places, not with jobs;
+- `job_usage` rows of the jobs across the period's ends only, prorated to the parts of
+  the period that cut a day (its first and last hours when it does not start or end at
+  a UTC midnight);
+- raw rows, the old way (reports/usage.py), for the jobs of the period that are not
+  folded: running, no summary yet, no start or no end time.
+
+Jobs are counted once per group: the rollups count each job on the last UTC day it has
+usage in, with weights that add up to one in any group holding its rows (schema.py
+MEMBER_WEIGHTS); the jobs whose last day is not a whole day of the period are counted one
+by one from their `job_usage` rows. Users are the distinct users of the rows summed.
+Queue wait: the mean is exact (sums of waits x weight); the 95th percentile comes from
+the folded log2 histogram (within one bucket of numpy's, placed evenly inside its bucket)
+wherever folded jobs are counted, exact where all are counted one by one.
+
+Every other figure is a sum of per-row sums (store/usage_rollup.py `row_sums`), so it
+equals the old computation up to the order floats are added in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from slurm_gpu.access import Caller, Scope
+from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.reports.frames import (
+    GPU_COLUMNS,
+    Unsummarized,
+    fill_models,
+    gpu_rows,
+    stored_jobs,
+)
+from slurm_gpu.reports.pricing import add_cost, slot_price_for
+from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
+from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select, load_usage
+from slurm_gpu.store import Store, queries, rollup_reads, usage_rollup
+from slurm_gpu.store.schema import (
+    GPM_METRICS,
+    MEMBER_WEIGHTS,
+    USAGE_COUNTS,
+    USAGE_PLACE,
+    USAGE_SUMS,
+    WAIT_BUCKETS,
+    WAIT_HISTOGRAMS,
+)
+
+DAY = usage_rollup.DAY
+FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
+NO_FILTER = JobFilter()
+MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
+
+
+def counted_figures(weights: Sequence[str]) -> tuple[str, ...]:
+    """The `usage_daily` count columns of these weights (schema.py MEMBER_WEIGHTS)."""
+    return tuple(
+        c
+        for w in dict.fromkeys(weights)
+        for c in (w, f"{w}_waited", f"{w}_wait_seconds", *WAIT_HISTOGRAMS[w])
+    )
+
+
+# The `usage_daily` count weight that counts a job once in a group of this report
+# (schema.py MEMBER_WEIGHTS); groups by owner, the cluster and the totals: "jobs".
+WEIGHT_OF = {"node": "node_jobs", "gpu_model": "model_jobs", "slot": "slot_jobs"}
+BUCKET_NOTE = (
+    "QueueWaitP95 is read from the usage rollups' log2 histogram of queue waits "
+    "(within one bucket, a factor of 2, of the exact 95th percentile); QueueWaitMean is exact."
+)
+
+
+def usable(filters: JobFilter) -> bool:
+    """Whether a report with these filters can read the rollups (-u/-A/-r only)."""
+    return not (filters.job_ids or filters.nodes or filters.states)
+
+
+def build_report_from_rollups(
+    store: Store,
+    group: str,
+    *,
+    since: float,
+    until: float,
+    now: float,
+    scope: Scope,
+    filters: JobFilter = NO_FILTER,
+    cost: CostSettings | None = None,
+    lag: float | None = None,
+    cluster: str = "",
+    all_nodes: Sequence[str] = (),
+    busy_factor: float = 1.5,
+    top: int | None = None,
+    sort: str | None = None,
+    waste_top: int = 5,
+) -> Report:
+    """`build_report` of the period's usage, read from the rollups (module docstring).
+
+    Arguments as `load_usage` and `build_report` take them; `filters` only -u/-A/-r.
+    """
+    weight = WEIGHT_OF.get(group, "jobs")
+    sums, members = period_usage(
+        store,
+        since,
+        until,
+        now,
+        scope,
+        filters,
+        cost,
+        lag,
+        by_node=group == "node",
+        weights=("jobs", weight),
+    )
+    sums = sums.assign(cluster=cluster or "cluster")
+    members = members.assign(cluster=cluster or "cluster")
+    if group == "slot":
+        sums = sums.assign(slot=_slot_labels(sums))
+        members = members.assign(slot=_slot_labels(members))
+    held_cost = cost is not None and cost.charge == "effective"
+    groups = [{"key": key, **f} for key, f in _grouped(sums, members, group, held_cost, weight)]
+    if group == "node":
+        seen = {g["key"] for g in groups}
+        empty = _figures(sums.iloc[0:0], members.iloc[0:0], held_cost)
+        for node in all_nodes:
+            if node not in seen:
+                groups.append({"key": node, **empty})
+        total_hours = sum(g["gpu_hours"] for g in groups)
+        mean_share = 1.0 / len(groups) if groups else 0.0
+        for g in groups:
+            g["share_percent"] = 100.0 * g["gpu_hours"] / total_hours if total_hours else 0.0
+            g["busy"] = (
+                "busy"
+                if total_hours and g["gpu_hours"] / total_hours > busy_factor * mean_share
+                else ""
+            )
+    total = {"key": TOTAL, **_figures(sums, members, held_cost)}
+    if group == "node":
+        total["share_percent"] = 100.0 if groups else 0.0
+        total["busy"] = ""
+    groups = _sorted(groups, sort)
+    if top is not None:
+        groups = groups[:top]
+    waste = [
+        {"key": key, **f}
+        for key, f in _grouped(sums, members, "user", held_cost, "jobs")
+        if (f["idle_gpu_hours"] or 0.0) > 0
+    ]
+    waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
+    notes = []
+    if len(sums) and float(sums[list(WAIT_HISTOGRAMS[weight])].to_numpy(dtype=float).sum()) > 0:
+        notes.append(BUCKET_NOTE)
+    return Report(group, groups, total, waste[:waste_top], notes)
+
+
+def period_usage(
+    store: Store,
+    since: float,
+    until: float,
+    now: float,
+    scope: Scope,
+    filters: JobFilter = NO_FILTER,
+    cost: CostSettings | None = None,
+    lag: float | None = None,
+    *,
+    by_node: bool = False,
+    weights: Sequence[str] = ("jobs",),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sums, members) of the period that `scope` may see and -u/-A/-r select.
+
+    sums: rows of owner, place and FIGURE_SUMS plus the jobs counted by `weights`
+    (`counted_figures`), from
+    `usage_daily` summed in the database per owner and place (per node only `by_node`,
+    else the node is blank but where the GPU model is blank), the cut days' `job_usage`
+    rows and the unfolded jobs' raw rows. members: the jobs not counted in `usage_daily`
+    (those whose last day with usage is not a whole day of the period), one row per job
+    row: job id, owner, place, queue wait.
+    """
+    first = math.ceil(since / DAY) * DAY
+    last = math.floor(until / DAY) * DAY
+    whole = first < last
+    parts: list[pd.DataFrame] = []
+    if whole:
+        parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
+        edges = [(since, first), (last, until)]
+    else:
+        edges = [(since, until)]
+    cells = _models_filled(
+        boundary_cells(store, since, until, first if whole else None, last), store
+    )
+    for a, b in edges:
+        if b > a or (b == a == until):
+            edge = _edge(cells, a, b, closed=b == until)
+            parts.append(edge.drop(columns=list(MEMBER_WEIGHTS)))
+    parts = [p for p in parts if len(p)]
+    sums = pd.concat(parts, ignore_index=True) if parts else _empty_sums()
+    sums = _priced(_models_filled(sums, store), cost)
+    members = _members(cells, since, until, (first, last) if whole else None)
+    raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
+    sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
+    counted = counted_figures(weights)
+    counts = {
+        name: pd.to_numeric(sums[name], errors="coerce").fillna(0.0).to_numpy(dtype=float)
+        if name in sums
+        else np.zeros(len(sums))
+        for name in counted
+    }
+    sums = pd.concat(
+        [
+            sums.drop(columns=[n for n in counted if n in sums]),
+            pd.DataFrame(counts, index=sums.index),
+        ],
+        axis=1,
+    )
+    if len(raw_members):
+        members = pd.concat([members, raw_members], ignore_index=True)
+    return _visible(sums, scope, filters), _visible(members, scope, filters)
+
+
+def _empty_sums() -> pd.DataFrame:
+    return pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
+
+
+def has_slot_rows(store: Store, since: float, until: float) -> bool:
+    """Whether any job of the period held a MIG slice or a share (PhysGPUHours shown)."""
+    return rollup_reads.slot_rows_exist(store, since, until)
+
+
+def whole_months(first: float, last: float) -> tuple[float, float]:
+    """[a, b): the whole UTC months inside the whole days [first, last) (a == b: none)."""
+    month = usage_rollup.month_of(first)
+    a = month if month == first else usage_rollup.next_month(month)
+    b = a
+    while usage_rollup.next_month(b) <= last:
+        b = usage_rollup.next_month(b)
+    return a, b
+
+
+def rollup_sums(
+    store: Store, first: float, last: float, *, by_node: bool, weights: Sequence[str]
+) -> pd.DataFrame:
+    """The rollups of the whole days [first, last), summed by the database per owner and place.
+
+    Whole UTC months from `usage_monthly` (not `by_node`), the other days from
+    `usage_daily`. Without `by_node`, rows of a known GPU model are summed over nodes
+    (the node blank).
+    """
+    a, b = (first, first) if by_node else whole_months(first, last)
+    spans: list[rollup_reads.Span] = [("daily", first, a), ("monthly", a, b), ("daily", b, last)]
+    if a == b:
+        spans = [("daily", first, last)]
+    figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
+    names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
+    rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures)
+    return pd.DataFrame(rows, columns=names)
+
+
+def boundary_cells(
+    store: Store, since: float, until: float, first: float | None, last: float
+) -> pd.DataFrame:
+    """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
+
+    `first` None: every job of the period; else those with a part outside the whole days
+    [first, last): started before `first` or ending at or after `last` (the jobs that
+    run across the period's ends, and those of its cut days). Two queries, each answered
+    from the (end_time, start_time) index.
+    """
+    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
+    cells = pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
+    if parts > 1 and len(cells):
+        cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
+    return cells
+
+
+def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
+    """Blank GPU models filled with their node's one model (reports/frames.py fill_models).
+
+    The rollups keep a summary's blank model blank (what the inventory knows changes
+    after ingest); it is filled here from the inventory now, by node. The raw reports
+    fill by the GPU's UUID first: on a node of several models that the summary did not
+    name, the rollups leave it blank.
+    """
+    if not len(frame):
+        return frame
+    blank = (frame["gpu_model"].astype(str) == "").to_numpy()
+    if not blank.any():
+        return frame
+    by_node: dict[str, set[str]] = {}
+    for entry in store.inventory():
+        by_node.setdefault(entry.node, set()).add(entry.device.name)
+    models = frame["gpu_model"].astype(object).to_numpy().copy()
+    nodes = frame["node"].astype(object).to_numpy()
+    for i in np.flatnonzero(blank):
+        found = by_node.get(str(nodes[i]), set())
+        models[i] = next(iter(found)) if len(found) == 1 else ""
+    return frame.assign(gpu_model=models)
+
+
+def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFrame:
+    """`job_usage` rows prorated to [a, b) (closed: [a, b]), as the reports prorate them."""
+    if not len(cells):
+        return cells.iloc[0:0]
+    start = cells["start_time"].to_numpy(dtype=float)
+    end = cells["end_time"].to_numpy(dtype=float)
+    fraction = _fractions(cells["start_time"], cells["end_time"], a, b, b)
+    instant = end - start <= 0
+    if not closed:  # an instant job at a day's midnight belongs to that day only
+        fraction = np.where(instant & (start >= b), 0.0, fraction)
+    keep = fraction > 0
+    part = cells[keep].copy()
+    for name in USAGE_SUMS:
+        part[name] = part[name].to_numpy(dtype=float) * fraction[keep]
+    return part
+
+
+def _members(
+    cells: pd.DataFrame, since: float, until: float, whole: tuple[float, float] | None
+) -> pd.DataFrame:
+    """The jobs of `cells` with usage inside [since, until] not counted by `usage_daily`.
+
+    `whole`: the period's whole days [first, last), where `usage_daily` counts each job
+    on the last day it has usage in (None: no whole day, every job is counted here).
+    """
+    if not len(cells):
+        return pd.DataFrame(columns=MEMBER_COLUMNS)
+    fraction = _fractions(cells["start_time"], cells["end_time"], since, until, until)
+    keep = fraction > 0
+    if whole is not None:
+        start = cells["start_time"].to_numpy(dtype=float)
+        end = cells["end_time"].to_numpy(dtype=float)
+        final = np.where(
+            end - start > 0, np.ceil(end / DAY) * DAY - DAY, np.floor(start / DAY) * DAY
+        )
+        keep &= ~((final >= whole[0]) & (final < whole[1]))
+    part = cells[keep]
+    wait = part["start_time"].to_numpy(dtype=float) - pd.to_numeric(part["submit_time"]).to_numpy(
+        dtype=float, na_value=np.nan
+    )
+    return part.assign(queue_wait=wait)[list(MEMBER_COLUMNS)]
+
+
+def _priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
+    """Rollup sums with `cost` (and `idle_held_cost` under charge "effective")."""
+    sums = sums.copy()
+    if cost is None or not len(sums):
+        sums["cost"] = 0.0
+        sums["idle_held_cost"] = 0.0 if cost is not None and cost.charge == "effective" else np.nan
+        return sums
+    keys = list(zip(sums["gpu_model"], sums["mig_profile"], sums["share"], strict=True))
+    per_gpu = cost.unit != "gpu_mem_hour"
+    prices = {
+        k: slot_price_for(str(k[0]), cost, float(k[2]), str(k[1]), per_gpu=per_gpu)
+        for k in set(keys)
+    }
+    price = np.array([prices[k] for k in keys], dtype=float)
+    units, unused = {
+        "gpu_hour": ("gpu_seconds", "gpu_unused_seconds"),
+        "gpu_mem_hour": ("mem_gib_seconds", "mem_unused_gib_seconds"),
+    }.get(cost.unit, ("job_hour_seconds", "job_hour_unused_seconds"))
+    held = price * sums[units].to_numpy(dtype=float) / 3600.0
+    if cost.charge == "effective":
+        idle = price * sums[unused].to_numpy(dtype=float) / 3600.0
+        sums["cost"] = held - idle
+        sums["idle_held_cost"] = idle
+    else:
+        sums["cost"] = held
+        sums["idle_held_cost"] = np.nan
+    return sums
+
+
+def _raw_part(
+    store: Store,
+    since: float,
+    until: float,
+    now: float,
+    scope: Scope,
+    filters: JobFilter,
+    cost: CostSettings | None,
+    lag: float | None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Sums and members of the period's jobs the rollups do not hold, the old way."""
+    ids = rollup_reads.unfolded_job_ids(store, since, until)
+    empty = pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
+    if not ids:
+        return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
+    stored = queries.job_rows_in_window(store, None, None, ids)
+    jobs = _select(stored_jobs(stored, queries.JOB_ROW_COLUMNS, now), filters, scope)
+    wanted = jobs["job_id"].to_numpy(dtype="int64")
+    read = GPU_COLUMNS  # with the GPU UUID ([cost] unit job_hour counts GPU rows)
+    summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=read)
+    unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
+    gpus = gpu_rows(store, wanted, summary_rows, read, unsummarized)
+    if not gpus.empty:
+        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+    gpus = add_cost(fill_models(gpus, store), jobs, cost)
+    rows = prorated(
+        Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True)), since, until, now
+    )
+    rows = rows[rows["fraction"] > 0] if len(rows) else rows
+    if not len(rows):
+        return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
+    records = rows.to_dict("records")
+    out = []
+    for r in records:
+        sums: dict[str, Any] = usage_rollup.row_sums(r, 0.0)  # prorated already
+        sums["cost"] = float(r.get("cost") or 0.0)
+        sums["idle_held_cost"] = float(r["idle_held_cost"]) if "idle_held_cost" in r else np.nan
+        for name in (*usage_rollup.OWNER, *USAGE_PLACE):
+            value = r.get(name)
+            sums[name] = value if name != "share" else (1.0 if value is None else float(value))
+        sums["slot_kind"] = str(r.get("slot_kind") or "gpu")
+        sums["mig_profile"] = str(r.get("mig_profile") or "")
+        out.append(sums)
+    raw = pd.DataFrame(out)
+    members = raw.assign(job_id=rows["job_id"].to_numpy(), queue_wait=rows["queue_wait"].to_numpy())
+    return raw, members[list(MEMBER_COLUMNS)]
+
+
+def _visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFrame:
+    """The rows `scope` may see that pass -u/-A/-r."""
+    if not len(frame):
+        return frame
+    for name in usage_rollup.OWNER:
+        frame[name] = frame[name].astype(str)
+    keep = np.ones(len(frame), dtype=bool)
+    if not scope.all:
+        pairs = list(zip(frame["user"], frame["account"], strict=True))
+        seen = {pair: scope.sees(*pair) for pair in set(pairs)}
+        keep &= np.array([seen[p] for p in pairs], dtype=bool)
+    for name, wanted in (
+        ("user", filters.users),
+        ("account", filters.accounts),
+        ("partition", filters.partitions),
+    ):
+        if wanted:
+            keep &= frame[name].isin(wanted).to_numpy()
+    return frame[keep]
+
+
+def _slot_labels(frame: pd.DataFrame) -> pd.Series:
+    return slot_groups(frame) if len(frame) else pd.Series([], dtype=object)
+
+
+def _grouped(
+    sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool, weight: str
+) -> list[tuple[Any, dict[str, Any]]]:
+    """`(value, figures)` per distinct value of `key`, in sorted order (numpy, no groupby).
+
+    `weight`: the count weight of this grouping (WEIGHT_OF).
+    """
+    if not len(sums) and not len(members):
+        return []
+    names = [*FIGURE_SUMS, weight, f"{weight}_waited", f"{weight}_wait_seconds"]
+    histogram = list(WAIT_HISTOGRAMS[weight])
+    exact = _exact(members.assign(_key=members[key].astype(str)))
+    values = sums[key].astype(str).to_numpy(dtype=object)
+    keys = sorted(set(values) | set(exact))
+    index = {k: i for i, k in enumerate(keys)}
+    codes = np.array([index[v] for v in values], dtype=np.intp)
+    summed = np.zeros((len(keys), len(names) + len(histogram)))
+    np.add.at(summed, codes, _matrix(sums, [*names, *histogram]))
+    user_codes, users_seen = pd.factorize(sums["user"].to_numpy(dtype=object))
+    pairs = np.unique(codes * max(len(users_seen), 1) + user_codes)
+    users = np.bincount(pairs // max(len(users_seen), 1), minlength=len(keys))
+    folded = np.rint(summed[:, len(names) :])
+    out = []
+    for i, k in enumerate(keys):
+        row = dict(zip(names, summed[i, : len(names)].tolist(), strict=True))
+        counted = _count_of(row, weight, folded[i], exact.get(k), int(users[i]))
+        out.append((k, _from_totals(row, counted, held_cost)))
+    return out
+
+
+def _matrix(frame: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
+    """These columns of `frame` as one float matrix, NaN as 0 (pandas' sum skips NaN)."""
+    if not len(frame):
+        return np.zeros((0, len(names)))
+    matrix: np.ndarray = np.nan_to_num(frame[list(names)].to_numpy(dtype=float), nan=0.0)
+    return matrix
+
+
+_NOBODY: tuple[int, int, float | None, float | None] = (0, 0, None, None)
+
+
+def _exact(members: pd.DataFrame) -> dict[str, tuple[int, np.ndarray]]:
+    """{group: (jobs, their known queue waits)} of the jobs counted one by one."""
+    if not len(members):
+        return {}
+    jobs = members.drop_duplicates(["_key", "job_id"])
+    codes, names = pd.factorize(jobs["_key"].to_numpy(dtype=object))
+    waits = pd.to_numeric(jobs["queue_wait"]).to_numpy(dtype=float, na_value=np.nan)
+    order = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=len(names))
+    parts = np.split(waits[order], np.cumsum(counts)[:-1])
+    return {
+        str(name): (int(counts[c]), part[~np.isnan(part)])
+        for c, (name, part) in enumerate(zip(names, parts, strict=True))
+    }
+
+
+def _count_of(
+    row: dict[str, Any],
+    weight: str,
+    folded: np.ndarray,
+    exact: tuple[int, np.ndarray] | None,
+    users: int,
+) -> tuple[int, int, float | None, float | None]:
+    """(jobs, users, queue wait mean, p95) of a group: its folded counts plus `exact`.
+
+    `folded`: the folded jobs' waits, known by their histogram only (WAIT_HISTOGRAMS,
+    rounded counts): where it holds any, the 95th percentile is read from the buckets
+    (within one bucket of numpy's); else it is numpy's of the exact waits.
+    """
+    n_exact, waits = exact if exact is not None else (0, np.zeros(0))
+    jobs = round(float(row[weight])) + n_exact
+    waited = float(row[f"{weight}_waited"]) + len(waits)
+    if waited <= 0.5:
+        return jobs, users, None, None
+    mean = (float(row[f"{weight}_wait_seconds"]) + float(waits.sum())) / waited
+    if folded.sum() <= 0:
+        return jobs, users, mean, float(np.percentile(waits, 95.0))
+    counts = folded
+    if len(waits):
+        counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
+    return jobs, users, mean, histogram_percentile(counts, 95.0)
+
+
+def wait_buckets(waits: np.ndarray) -> np.ndarray:
+    """`usage_rollup.wait_bucket` of every wait."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bucket = np.floor(np.log2(np.maximum(waits, 1.0))).astype(np.int64) + 1
+    return np.where(waits < 1.0, 0, np.minimum(bucket, WAIT_BUCKETS - 1))
+
+
+def histogram_percentile(counts: np.ndarray, q: float) -> float:
+    """numpy's (linear) percentile `q` of values known by their bucket counts only.
+
+    The value of each rank is placed evenly inside its bucket (the last bucket, with no
+    upper bound: its lower bound), then interpolated between ranks as numpy does.
+    """
+    total = int(counts.sum())
+    cumulative = np.cumsum(counts)
+
+    def value(rank: int) -> float:
+        bucket = int(np.searchsorted(cumulative, rank, side="right"))
+        low, high = usage_rollup.bucket_bounds(bucket)
+        if math.isinf(high):
+            return low
+        before = float(cumulative[bucket] - counts[bucket])
+        return low + (rank - before + 0.5) / float(counts[bucket]) * (high - low)
+
+    h = (total - 1) * q / 100.0
+    lo = math.floor(h)
+    a, b = value(lo), value(min(lo + 1, total - 1))
+    return float(a + (h - lo) * (b - a))
+
+
+def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
+    """The figures of every row together (the totals row)."""
+    names = [*FIGURE_SUMS, "jobs", "jobs_waited", "jobs_wait_seconds"]
+    histogram = list(WAIT_HISTOGRAMS["jobs"])
+    summed = _matrix(sums, [*names, *histogram]).sum(axis=0)
+    totals = dict(zip(names, summed[: len(names)].tolist(), strict=True))
+    exact = _exact(members.assign(_key="")) if len(members) else {}
+    users = int(sums["user"].nunique()) if len(sums) else 0
+    counted = _count_of(totals, "jobs", np.rint(summed[len(names) :]), exact.get(""), users)
+    return _from_totals(totals, counted, held_cost)
+
+
+def _from_totals(
+    total: dict[str, Any], counted: tuple[int, int, float | None, float | None], held_cost: bool
+) -> dict[str, Any]:
+    """reports/figures.py `Groups.figures` of one group, from its sums (FIGURE_KEYS)."""
+    jobs, users, wait_mean, wait_p95 = counted
+    gpu, missing = float(total["gpu_seconds"]), float(total["missing_seconds"])
+    measured = gpu - missing
+    active: float | None
+    idle: float | None
+    if gpu > 0 and measured <= 0:
+        active = idle = None
+    else:
+        active = float(total["active_seconds"])
+        idle = max(measured - active, 0.0)
+    gpm = float(total["gpm_seconds"])
+    means = {}
+    for m in GPM_METRICS:
+        weight = total[f"{m}_gpm_seconds"]
+        means[f"{m}_mean_percent"] = total[f"{m}_weighted_sum"] / weight if weight > 0 else None
+    sm_weight = total["sm_active_gpm_seconds"]
+    effective = total["sm_active_weighted_sum"] / 100.0 if sm_weight > 0 else None
+    return {
+        "jobs": jobs,
+        "users": users,
+        "gpu_hours": gpu / 3600.0,
+        "gpu_mem_hours": total["mem_gib_seconds"] / 3600.0,
+        "util_mean_percent": total["util_weighted_sum"] / total["util_seconds"]
+        if total["util_seconds"] > 0
+        else None,
+        "active_gpu_hours": None if active is None else active / 3600.0,
+        "idle_gpu_hours": None if idle is None else idle / 3600.0,
+        "idle_percent": 100.0 * idle / gpu if idle is not None and gpu > 0 else None,
+        "missing_gpu_hours": missing / 3600.0,
+        "missing_percent": 100.0 * missing / gpu if gpu > 0 else None,
+        "energy_kwh": total["energy_joules"] / 3.6e6 if total["energy_rows"] > 0 else None,
+        "cost": float(total["cost"]),
+        "queue_wait_mean": wait_mean,
+        "queue_wait_p95": wait_p95,
+        "gpm_gpu_hours": gpm / 3600.0,
+        "gpm_percent": 100.0 * gpm / gpu if gpu > 0 else None,
+        **means,
+        "effective_gpu_hours": None if effective is None else effective / 3600.0,
+        "idle_held_cost": float(total["idle_held_cost"]) if held_cost else None,
+        "physical_gpu_hours": total["physical_seconds"] / 3600.0,
+    }
+
+
+def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.DataFrame:
+    """GPU-seconds, active seconds and cost per (user, account): folded jobs ended before.
+
+    Of the `job_usage` rows of jobs that ended before `before`, summed by the database
+    (the exporter's settled counters); active seconds clipped as the reports clip them.
+    """
+    figures = (
+        *("gpu_seconds", "active_seconds", "mem_gib_seconds", "job_hour_seconds"),
+        *("gpu_unused_seconds", "mem_unused_gib_seconds", "job_hour_unused_seconds"),
+    )
+    rows = rollup_reads.settled_usage(store, before, figures)
+    names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
+    frame = _priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
+    if not len(frame):
+        return pd.DataFrame(columns=["user", "account", "gpu_seconds", "active_seconds", "cost"])
+    return (
+        frame.assign(user=frame["user"].astype(str), account=frame["account"].astype(str))
+        .groupby(["user", "account"], sort=True)[["gpu_seconds", "active_seconds", "cost"]]
+        .sum()
+        .reset_index()
+    )
+
+
+def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> Usage:
+    """The jobs that ended before `before` and are not folded (no summary), from raw rows."""
+    ids = rollup_reads.unfolded_job_ids(store, 0.0, before)
+    if not ids:
+        return Usage(pd.DataFrame(columns=["job_id", "end_time"]), pd.DataFrame(columns=["job_id"]))
+    usage = load_usage(
+        store,
+        since=None,
+        until=None,
+        now=before,
+        sacct_jobs=None,
+        scope=Scope(Caller(0, "rollups"), all=True, reason="exporter"),
+        filters=JobFilter(job_ids=tuple(str(i) for i in ids)),
+        cost=cost,
+    )
+    ended = pd.to_numeric(usage.jobs["end_time"], errors="coerce") < before
+    jobs = usage.jobs[ended]
+    return Usage(jobs, usage.gpus[usage.gpus["job_id"].isin(jobs["job_id"])])

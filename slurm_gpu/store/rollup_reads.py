@@ -1,0 +1,141 @@
+"""The SQL behind `slurm-gpu report` and the exporter from the usage rollups (issue 16).
+
+reports/rollups.py builds the report's figures; the queries it needs live here, in the
+store (sqlalchemy's one home): each returns plain rows, summed by the database wherever
+the figure is a sum, so what crosses into Python grows with owners and places, not jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from slurm_gpu.store import usage_rollup
+from slurm_gpu.store.queries import JOB_USAGE_COLUMNS
+from slurm_gpu.store.schema import (
+    USAGE_PLACE,
+    job_usage,
+    usage_daily,
+    usage_monthly,
+    usage_unfolded,
+)
+from slurm_gpu.store.store import Store
+
+Span = tuple[Literal["daily", "monthly"], float, float]
+
+
+def slot_rows_exist(store: Store, since: float, until: float) -> bool:
+    """Whether any folded job of [since, until] held a MIG slice or a share."""
+    u = job_usage.c
+    query = (
+        sa.select(u.job_id)
+        .where(
+            u.cluster == store.cluster,
+            u.end_time >= since,
+            u.start_time <= until,
+            u.slot_kind != "gpu",
+        )
+        .limit(1)
+    )
+    with store.reading("reading whether the period held GPU slots") as conn:
+        return conn.execute(query).first() is not None
+
+
+def summed_usage(
+    store: Store, spans: Sequence[Span], *, by_node: bool, figures: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Rows (owner, place, figures...) of `usage_daily` / `usage_monthly` over the spans.
+
+    Each span is a table and [low, high) of its day or month column. Without `by_node`,
+    rows of a known GPU model are summed over nodes (the node blank).
+    """
+    rows: list[tuple[Any, ...]] = []
+    with store.reading("reading the usage rollups") as conn:
+        for kind, low, high in spans:
+            if high <= low:
+                continue
+            table = usage_daily if kind == "daily" else usage_monthly
+            t = table.c
+            when = t.day if table is usage_daily else t.month
+            node = (
+                t.node
+                if by_node or table is usage_monthly
+                else usage_rollup.blank_model_node(t).label("node")
+            )
+            dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
+            where = (t.cluster == store.cluster, when >= low, when < high)
+            if table is usage_monthly and usage_rollup.next_month(low) == high:
+                # One month: its rows are one per owner and place already.
+                query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
+            else:
+                query = (
+                    sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
+                    .where(*where)
+                    .group_by(*dims)
+                )
+            rows += [tuple(r) for r in conn.execute(query)]
+    return rows
+
+
+def boundary_rows(
+    store: Store, since: float, until: float, first: float | None, last: float
+) -> tuple[list[tuple[Any, ...]], int]:
+    """`job_usage` rows of jobs of [since, until] that the whole days [first, last) miss.
+
+    Returns the rows (JOB_USAGE_COLUMNS) and how many queries found them (2: a job across
+    both ends is there twice).
+
+    `first` None: every job of the period; else those started before `first` or ending
+    at or after `last`. Each query is a range of the (cluster, end_time, start_time) index.
+    """
+    u = job_usage.c
+    base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
+        u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
+    )
+    if first is None:
+        parts = [base]
+    else:
+        # A test of start_time >= first here would lead PostgreSQL to the start_time index
+        # and the period's every job.
+        parts = [base.where(u.start_time < first), base.where(u.end_time >= last)]
+    rows: list[tuple[Any, ...]] = []
+    with store.reading("reading job usage rollups") as conn:
+        for query in parts:
+            rows += [tuple(r) for r in conn.execute(query)]
+    return rows, len(parts)
+
+
+def settled_usage(store: Store, before: float, figures: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The summed `job_usage` of the jobs ended before `before` (the exporter's counters).
+
+    Rows (user, account, node, gpu_model, mig_profile, share, figures...).
+    """
+    u = job_usage.c
+    node = usage_rollup.blank_model_node(u).label("node")
+    dims = [u.user, u.account, node, u.gpu_model, u.mig_profile, u.share]
+    query = (
+        sa.select(*dims, *(sa.func.sum(u[n]).label(n) for n in figures))
+        .where(u.cluster == store.cluster, u.end_time < before)
+        .group_by(*dims)
+    )
+    with store.reading("reading the settled usage rollups") as conn:
+        return [tuple(r) for r in conn.execute(query)]
+
+
+def unfolded_job_ids(store: Store, since: float, until: float) -> list[int]:
+    """Jobs of the window (`jobs_in_window`'s test) that have no `job_usage` row.
+
+    From `usage_unfolded` (kept by every refold): what is read grows with the jobs not
+    folded (running, no summary yet), not with every job of the window.
+    """
+    f = usage_unfolded.c
+    query = sa.select(f.job_id).where(
+        f.cluster == store.cluster,
+        f.began.is_not(None),
+        f.began <= until,
+        sa.or_(f.end_time.is_(None), f.end_time >= since),
+    )
+    with store.reading("reading the jobs not in the usage rollups") as conn:
+        return sorted(int(i) for (i,) in conn.execute(query))

@@ -1,0 +1,506 @@
+"""Usage rollups written at ingest (revision 0010, issue 16): per job, day and month.
+
+What a report figure is summed from (reports/figures.py over the GPU frame of
+reports/usage.py) is folded here, in the transaction that stores the rows it summarizes:
+
+- `job_usage`: one row per job, run and place (node, GPU model, slot kind, MIG profile,
+  share): the job's summaries there, summed row by row as the reports sum them (missing
+  at most the GPU-seconds, active at most the measured rest; utilization weighted by the
+  GPU-seconds of the rows with a mean; GPM means by the GPM seconds that had them; the
+  cost units of every [cost] unit and their unused share), with the job's owner and
+  times as folded, and its count weights (schema.py MEMBER_WEIGHTS: 1 / the job's rows,
+  overall and on one node, model, slot group).
+- `usage_daily`: per UTC day, owner and place, the sums of the `job_usage` rows prorated
+  as the reports prorate a job: by the part of the job [start, end] inside the day (an
+  instant job: the day it starts in); and the jobs counted on the last day they have
+  usage in (their weights), with their queue waits (weights of the known ones, waits x
+  weight, a log2 histogram per weight).
+- `usage_monthly`: per UTC month, owner and place but the node (kept only where the GPU
+  model is blank), the sums of that month's `usage_daily` rows, summed by the database.
+
+Only finished jobs are folded: a job with summaries and both a start and an end time. A
+job with no summary yet (running), no start or no end is read from raw rows by the
+reports, as before. Whenever a job's summaries or facts change (`Store.add_summaries`,
+`add_events`, `upsert_jobs`, the bulk path), `refold` recomputes its `job_usage` rows and
+every `usage_daily` slice (day, user) it touched before or touches now, from the
+`job_usage` rows of that slice, then those users' months: sums are recomputed, never
+patched by subtraction. `rebuild` recomputes the three tables from the raw rows
+(`slurm-gpu db rebuild-rollups`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from slurm_gpu.store.schema import (
+    GPM_METRICS,
+    MEMBER_WEIGHTS,
+    USAGE_COUNTS,
+    USAGE_PLACE,
+    USAGE_SUMS,
+    WAIT_BUCKETS,
+    WAIT_HISTOGRAM,
+    WAIT_HISTOGRAMS,
+    WAIT_SUMS,
+    job_gpu_summaries,
+    job_usage,
+    jobs,
+    usage_daily,
+    usage_monthly,
+    usage_unfolded,
+)
+
+DAY = 86400.0
+CHUNK = 500
+OWNER = ("user", "account", "partition")
+JOB_KEY = ("cluster", "job_id", "restart", *USAGE_PLACE)
+DAILY_KEY = ("cluster", "day", *OWNER, *USAGE_PLACE)
+FIGURES = (*USAGE_SUMS, *USAGE_COUNTS)
+MEMBERS = (*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)
+_NO_MEMBERS = dict.fromkeys(MEMBERS, 0.0)
+
+
+def day_of(t: float) -> float:
+    """The UTC day (POSIX seconds of its midnight) that `t` is in."""
+    return math.floor(t / DAY) * DAY
+
+
+def month_of(t: float) -> float:
+    """The UTC month (POSIX seconds of its first midnight) that `t` is in."""
+    day = dt.datetime.fromtimestamp(t, dt.UTC)
+    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
+
+
+def next_month(month: float) -> float:
+    """The UTC month after `month` (a `month_of`)."""
+    first = dt.datetime.fromtimestamp(month, dt.UTC)
+    return (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1).timestamp()
+
+
+def day_fractions(start: float, end: float) -> list[tuple[float, float]]:
+    """(day, part of [start, end] inside it) of every day the job touches.
+
+    The reports' proration (reports/summary.py `_fractions`) for each day: the share of
+    the job's length inside it; a job of no length is whole in the day it starts in.
+    """
+    length = end - start
+    first = day_of(start)
+    if length <= 0:
+        return [(first, 1.0)]
+    out = []
+    day = first
+    while day < end:
+        inside = min(end, day + DAY) - max(start, day)
+        if inside > 0:
+            out.append((day, min(max(inside / length, 0.0), 1.0)))
+        day += DAY
+    return out
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _num(value: Any) -> float:
+    return float(value) if _known(value) else 0.0
+
+
+def _unused_share(gpu: float, gpm: Any, sm: Any) -> float:
+    """reports/pricing.py `unused_share` of one row."""
+    if not _known(gpm) or not _known(sm):
+        return 0.0
+    measured = min(max(float(gpm) / gpu if gpu > 0 else 0.0, 0.0), 1.0)
+    return measured * (1.0 - min(max(float(sm) / 100.0, 0.0), 1.0))
+
+
+def row_sums(row: Mapping[Any, Any], job_hour_seconds: float) -> dict[str, float]:
+    """The `USAGE_SUMS`/`USAGE_COUNTS` of one GPU row (a summary, or a raw-path frame row).
+
+    `job_hour_seconds`: the row's part of its job's elapsed seconds ([cost] unit job_hour:
+    the job's elapsed time shared equally by its GPU rows).
+    """
+    gpu = _num(row.get("gpu_seconds"))
+    missing = min(_num(row.get("missing_seconds")), gpu)
+    active = min(_num(row.get("active_seconds")), gpu - missing)
+    util = row.get("util_mean_percent")
+    energy = row.get("energy_joules")
+    share = _num(row.get("share")) if _known(row.get("share")) else 1.0
+    gpm = _num(row.get("gpm_seconds"))
+    mem = _num(row.get("mem_gib_seconds"))
+    unused = _unused_share(gpu, row.get("gpm_seconds"), row.get("sm_active_mean_percent"))
+    out = {
+        "gpu_seconds": gpu,
+        "active_seconds": active,
+        "missing_seconds": missing,
+        "mem_gib_seconds": mem,
+        "energy_joules": _num(energy),
+        "util_weighted_sum": _num(util) * gpu,
+        "util_seconds": gpu if _known(util) else 0.0,
+        "physical_seconds": gpu * share,
+        "gpm_seconds": gpm,
+        "job_hour_seconds": job_hour_seconds,
+        "gpu_unused_seconds": gpu * unused,
+        "mem_unused_gib_seconds": mem * unused,
+        "job_hour_unused_seconds": job_hour_seconds * unused,
+        "energy_rows": 1 if _known(energy) else 0,
+        "summary_rows": 1,
+    }
+    for m in GPM_METRICS:
+        mean = row.get(f"{m}_mean_percent")
+        out[f"{m}_weighted_sum"] = _num(mean) * gpm
+        out[f"{m}_gpm_seconds"] = gpm if _known(mean) else 0.0
+    return out
+
+
+def _add(into: dict[str, Any], sums: Mapping[str, float], weight: float = 1.0) -> None:
+    for name in USAGE_SUMS:
+        into[name] = into.get(name, 0.0) + sums[name] * weight
+    for name in USAGE_COUNTS:
+        into[name] = into.get(name, 0) + int(sums[name])
+
+
+def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
+    unique = sorted(set(values))
+    for i in range(0, len(unique), CHUNK):
+        yield unique[i : i + CHUNK]
+
+
+def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The `job_usage` rows of these jobs, from their `jobs` row and summaries.
+
+    None for a job with no summary, no start or no end (not folded: raw rows).
+    """
+    j, s = jobs.c, job_gpu_summaries.c
+    out: list[dict[str, Any]] = []
+    for chunk in _chunks(job_ids):
+        facts = {
+            int(r["job_id"]): r
+            for r in conn.execute(
+                sa.select(jobs).where(j.cluster == cluster, j.job_id.in_(chunk))
+            ).mappings()
+        }
+        summaries: dict[int, list[Mapping[Any, Any]]] = defaultdict(list)
+        for r in conn.execute(
+            sa.select(job_gpu_summaries)
+            .where(s.cluster == cluster, s.job_id.in_(chunk))
+            .order_by(s.job_id, s.node, s.gpu_uuid, s.slot_id, s.restart)
+        ).mappings():
+            summaries[int(r["job_id"])].append(r)
+        for job_id, rows in summaries.items():
+            job = facts.get(job_id)
+            if job is None or job["start_time"] is None or job["end_time"] is None:
+                continue
+            start, end = float(job["start_time"]), float(job["end_time"])
+            per_row = max(end - start, 0.0) / len(rows)
+            cells: dict[tuple[Any, ...], dict[str, Any]] = {}
+            for row in rows:
+                place = (
+                    row["node"] or "",
+                    row["gpu_model"] or "",  # blank: filled by the report (by node)
+                    row["slot_kind"] or "gpu",
+                    row["mig_profile"] or "",
+                    float(row["share"]) if row["share"] is not None else 1.0,
+                )
+                key = (int(row["restart"]), *place)
+                cell = cells.get(key)
+                if cell is None:
+                    cell = cells[key] = {
+                        "cluster": cluster,
+                        "job_id": job_id,
+                        "restart": key[0],
+                        **dict(zip(USAGE_PLACE, place, strict=True)),
+                        **{name: job[name] or "" for name in OWNER},
+                        "submit_time": job["submit_time"],
+                        "start_time": start,
+                        "end_time": end,
+                    }
+                _add(cell, row_sums(row, per_row))
+            _weigh(list(cells.values()))
+            out.extend(cells.values())
+    return out
+
+
+def _weigh(cells: list[dict[str, Any]]) -> None:
+    """One job's `MEMBER_WEIGHTS`: 1 / its rows (overall, on a node, of a model, a slot).
+
+    Summed over a group that holds all of the job's rows of that kind, the job counts once.
+    The rows of a blank GPU model (the report fills it from the node's one model) are one
+    model: a job whose blank rows are on nodes of two models counts half in each.
+    """
+    kinds: dict[str, tuple[str, ...]] = {
+        "jobs": (),
+        "node_jobs": ("node",),
+        "model_jobs": ("gpu_model",),
+        "slot_jobs": ("gpu_model", "slot_kind", "mig_profile"),
+    }
+    for name, columns in kinds.items():
+        counts: dict[tuple[Any, ...], int] = defaultdict(int)
+        for cell in cells:
+            counts[tuple(cell[c] for c in columns)] += 1
+        for cell in cells:
+            cell[name] = 1.0 / counts[tuple(cell[c] for c in columns)]
+
+
+def wait_bucket(wait: float) -> int:
+    """The `WAIT_HISTOGRAM` bucket of a queue wait in seconds (log2; below 1 s: 0)."""
+    if wait < 1.0:
+        return 0
+    return min(math.floor(math.log2(wait)) + 1, WAIT_BUCKETS - 1)
+
+
+def bucket_bounds(bucket: int) -> tuple[float, float]:
+    """[low, high) seconds of a `WAIT_HISTOGRAM` bucket (the last one: high = inf)."""
+    if bucket == 0:
+        return 0.0, 1.0
+    return 2.0 ** (bucket - 1), (math.inf if bucket == WAIT_BUCKETS - 1 else 2.0**bucket)
+
+
+def last_day(start: float, end: float) -> float:
+    """The last UTC day with a part of [start, end] (an instant: the day it is in)."""
+    return day_fractions(start, end)[-1][0]
+
+
+def _count(row: dict[str, Any], cell: Mapping[str, Any]) -> None:
+    """Counts the job of `cell` in `row` (its last day's), with its queue wait."""
+    submit = cell.get("submit_time")
+    wait = float(cell["start_time"]) - _num(submit) if _known(submit) else None
+    for name in MEMBER_WEIGHTS:
+        weight = float(cell.get(name) or 0.0)
+        row[name] = row.get(name, 0.0) + weight
+        if wait is not None:
+            row[f"{name}_waited"] = row.get(f"{name}_waited", 0.0) + weight
+            row[f"{name}_wait_seconds"] = row.get(f"{name}_wait_seconds", 0.0) + weight * wait
+            bucket = WAIT_HISTOGRAMS[name][wait_bucket(wait)]
+            row[bucket] = row.get(bucket, 0.0) + weight
+
+
+def daily_of(
+    cells: Iterable[Mapping[str, Any]], days: set[float] | None = None
+) -> list[dict[str, Any]]:
+    """`usage_daily` rows of `job_usage` rows (only `days`, when given)."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for cell in cells:
+        fractions = day_fractions(cell["start_time"], cell["end_time"])
+        for day, fraction in fractions:
+            if days is not None and day not in days:
+                continue
+            key = (cell["cluster"], day, *(cell[n] for n in OWNER), *(cell[n] for n in USAGE_PLACE))
+            row = out.get(key)
+            if row is None:
+                row = out[key] = {**dict(zip(DAILY_KEY, key, strict=True)), **_NO_MEMBERS}
+            _add(row, cell, fraction)
+            if day == fractions[-1][0]:
+                _count(row, cell)
+    return list(out.values())
+
+
+def _slices(cells: Iterable[Mapping[str, Any]]) -> dict[str, set[float]]:
+    """{user: the days} that these `job_usage` rows touch."""
+    out: dict[str, set[float]] = defaultdict(set)
+    for cell in cells:
+        for day, _ in day_fractions(cell["start_time"], cell["end_time"]):
+            out[cell["user"]].add(day)
+    return out
+
+
+def _stored_cells(conn: sa.Connection, query: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def refold(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> int:
+    """Recompute these jobs' `job_usage` rows and the `usage_daily` slices they touch.
+
+    In the caller's transaction. Returns the number of `job_usage` rows written.
+    """
+    if not job_ids:
+        return 0
+    u = job_usage.c
+    old: list[dict[str, Any]] = []
+    for chunk in _chunks(job_ids):
+        where = sa.and_(u.cluster == cluster, u.job_id.in_(chunk))
+        old += _stored_cells(conn, sa.select(job_usage).where(where))
+        conn.execute(sa.delete(job_usage).where(where))
+    new = job_cells(conn, cluster, job_ids)
+    if new:
+        conn.execute(sa.insert(job_usage), new)
+    _mark_unfolded(conn, cluster, job_ids, {int(c["job_id"]) for c in new})
+    affected = _slices(old)
+    for user, days in _slices(new).items():
+        affected[user] |= days
+    _recompute(conn, cluster, affected)
+    return len(new)
+
+
+def _mark_unfolded(
+    conn: sa.Connection, cluster: str, job_ids: Sequence[int], folded: set[int]
+) -> None:
+    """Keep `usage_unfolded` for these jobs: those of `jobs` not in `folded` are listed."""
+    j, f = jobs.c, usage_unfolded.c
+    for chunk in _chunks(job_ids):
+        conn.execute(sa.delete(usage_unfolded).where(f.cluster == cluster, f.job_id.in_(chunk)))
+        rest = [i for i in chunk if i not in folded]
+        if not rest:
+            continue
+        query = sa.select(
+            sa.literal(cluster), j.job_id, sa.func.coalesce(j.start_time, j.submit_time), j.end_time
+        ).where(j.cluster == cluster, j.job_id.in_(rest))
+        conn.execute(
+            sa.insert(usage_unfolded).from_select(["cluster", "job_id", "began", "end_time"], query)
+        )
+
+
+def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float]]) -> None:
+    """Rewrite the `usage_daily` and `usage_monthly` rows of these (user, days).
+
+    The days from their `job_usage` rows, then those users' months from their days.
+    """
+    u, d = job_usage.c, usage_daily.c
+    for user, days in slices.items():
+        if not days:
+            continue
+        first, last = min(days), max(days)
+        cells = _stored_cells(
+            conn,
+            sa.select(job_usage).where(
+                u.cluster == cluster,
+                u.user == user,
+                u.start_time < last + DAY,
+                u.end_time >= first,
+            ),
+        )
+        for day in sorted(days):
+            conn.execute(
+                sa.delete(usage_daily).where(d.cluster == cluster, d.day == day, d.user == user)
+            )
+        rows = daily_of(cells, days)
+        if rows:
+            conn.execute(sa.insert(usage_daily), rows)
+    # Then their months: one query per month for all of its users (a bulk batch touches
+    # many users, few months).
+    months: dict[float, set[str]] = defaultdict(set)
+    for user, days in slices.items():
+        for day in days:
+            months[month_of(day)].add(user)
+    for month, users in sorted(months.items()):
+        for at in range(0, len(users), CHUNK):
+            _sum_month(conn, cluster, month, sorted(users)[at : at + CHUNK])
+
+
+def blank_model_node(d: Any) -> Any:
+    """The node of a row of blank GPU model, else "": the node column of `usage_monthly`.
+
+    Inline SQL literals, so that the same expression in SELECT and GROUP BY is one to
+    PostgreSQL (bound parameters would be two).
+    """
+    blank: sa.ColumnElement[str] = sa.literal_column("''")
+    return sa.case((d.gpu_model == blank, d.node), else_=blank)
+
+
+def _sum_month(
+    conn: sa.Connection, cluster: str, month: float, users: Sequence[str] | None
+) -> None:
+    """Rewrite the `usage_monthly` rows of a month (of these users, or all) from its days."""
+    d, m = usage_daily.c, usage_monthly.c
+    stale = sa.delete(usage_monthly).where(m.cluster == cluster, m.month == month)
+    days = sa.and_(d.cluster == cluster, d.day >= month, d.day < next_month(month))
+    if users is not None:
+        stale = stale.where(m.user.in_(users))
+        days = sa.and_(days, d.user.in_(users))
+    conn.execute(stale)
+    node = blank_model_node(d)
+    dims = [d.user, d.account, d.partition, node, d.gpu_model, d.slot_kind, d.mig_profile, d.share]
+    query = (
+        sa.select(
+            sa.literal(cluster),
+            sa.literal(month),
+            *dims,
+            *(sa.func.sum(d[n]) for n in (*FIGURES, *MEMBERS)),
+        )
+        .where(days)
+        .group_by(*dims)
+    )
+    names = ["cluster", "month", *OWNER, *USAGE_PLACE, *FIGURES, *MEMBERS]
+    conn.execute(sa.insert(usage_monthly).from_select(names, query))
+
+
+def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None = None) -> int:
+    """Recompute the rollups from raw rows: of every job ending at or after `since`.
+
+    `cluster` None: every cluster in the store. In the caller's transaction. Returns the
+    number of `job_usage` rows written.
+    """
+    j, s, u, d, m = jobs.c, job_gpu_summaries.c, job_usage.c, usage_daily.c, usage_monthly.c
+    if since is not None:
+        since = day_of(since)  # every job touching the first rebuilt day is refolded
+    clusters = (
+        [cluster]
+        if cluster is not None
+        else [c for (c,) in conn.execute(sa.select(s.cluster).distinct())]
+    )
+    written = 0
+    j_clusters = (
+        [cluster]
+        if cluster is not None
+        else [c for (c,) in conn.execute(sa.select(j.cluster).distinct())]
+    )
+    for name in clusters:
+        query = (
+            sa.select(s.job_id)
+            .distinct()
+            .select_from(
+                job_gpu_summaries.join(jobs, sa.and_(j.cluster == s.cluster, j.job_id == s.job_id))
+            )
+            .where(s.cluster == name)
+        )
+        stale = sa.delete(job_usage).where(u.cluster == name)
+        days = sa.delete(usage_daily).where(d.cluster == name)
+        months = sa.delete(usage_monthly).where(m.cluster == name)
+        if since is not None:
+            query = query.where(sa.or_(j.end_time.is_(None), j.end_time >= since))
+            stale = stale.where(u.end_time >= since)
+            days = days.where(d.day >= day_of(since))
+            months = months.where(m.month >= month_of(since))
+        conn.execute(stale)
+        conn.execute(days)
+        conn.execute(months)
+        ids = [int(i) for (i,) in conn.execute(query)]
+        cells: list[dict[str, Any]] = []
+        for chunk in _chunks(ids):
+            part = job_cells(conn, name, chunk)
+            if part:
+                conn.execute(sa.insert(job_usage), part)
+            cells += part
+        written += len(cells)
+        rows = [r for r in daily_of(cells) if since is None or r["day"] >= since]
+        # Days before `since` touched by a job spanning it stay as they were: every other
+        # job of those days was not rebuilt, and their rows still sum them all.
+        for at in range(0, len(rows), CHUNK):
+            conn.execute(sa.insert(usage_daily), rows[at : at + CHUNK])
+        first = month_of(since) if since is not None else None
+        stored = sa.select(d.day).distinct().where(d.cluster == name)
+        if first is not None:
+            stored = stored.where(d.day >= first)
+        for month in sorted({month_of(float(day)) for (day,) in conn.execute(stored)}):
+            _sum_month(conn, name, month, None)
+    for name in j_clusters:
+        _list_unfolded(conn, name)
+    return written
+
+
+def _list_unfolded(conn: sa.Connection, cluster: str) -> None:
+    """Rewrite `usage_unfolded` of a cluster: its jobs with no `job_usage` row."""
+    j, u, f = jobs.c, job_usage.c, usage_unfolded.c
+    conn.execute(sa.delete(usage_unfolded).where(f.cluster == cluster))
+    folded = sa.select(u.job_id).where(u.cluster == j.cluster, u.job_id == j.job_id).exists()
+    query = sa.select(
+        sa.literal(cluster), j.job_id, sa.func.coalesce(j.start_time, j.submit_time), j.end_time
+    ).where(j.cluster == cluster, ~folded)
+    conn.execute(
+        sa.insert(usage_unfolded).from_select(["cluster", "job_id", "began", "end_time"], query)
+    )
