@@ -127,6 +127,10 @@ net_up() {
     ip link show "$br" >/dev/null 2>&1 || ip link add "$br" type bridge || die "cannot create bridge $br"
     ip addr replace "$HEAD_ADDR/24" dev "$br"
     ip link set "$br" up
+    # Which names this state dir's network has: `down` removes those, whatever ports its
+    # caller's environment says (a `down` given only SLURM_GPU_CLUSTER_DIR once removed
+    # the default bed's namespaces).
+    echo "$BED_TAG" >"$STATE/net-tag"
     for n in $NODES; do
         agent_in_netns "$n" || continue
         ns=$(node_netns "$n")
@@ -146,12 +150,14 @@ net_up() {
 # net_down: every namespace, veth and bridge of this bed (its veth pairs go with them),
 # the shapes bed's nodes whether or not SLURM_GPU_BED_SHAPES is set now.
 net_down() {
-    local n
+    local n BED_TAG=$BED_TAG
+    if [ -s "$STATE/net-tag" ]; then BED_TAG=$(cat "$STATE/net-tag"); fi
     for n in gpu1 gpu2 gpu3 gpu4; do
         [ -e "/run/netns/$(node_netns "$n")" ] && ip netns del "$(node_netns "$n")"
         ip link del "$(node_veth "$n")" 2>/dev/null || true
     done
     ip link del "$(bed_bridge)" 2>/dev/null || true
+    rm -f "$STATE/net-tag"
 }
 
 # link_set NODE up|down: NODE's link to the head node (its veth's host side).

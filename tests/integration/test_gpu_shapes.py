@@ -76,7 +76,7 @@ def shapes() -> Iterator[TestBed]:
     try:
         yield TestBed.up(STATE, BED_ENV)
     finally:
-        env = dict(os.environ, SLURM_GPU_CLUSTER_DIR=str(STATE))
+        env = dict(os.environ, SLURM_GPU_CLUSTER_DIR=str(STATE), **BED_ENV)
         subprocess.run([str(LAUNCHER), "down"], env=env, check=False)
 
 

@@ -166,6 +166,12 @@ def test_sacct_records_the_gpus_and_account(testbed: TestBed) -> None:
     assert "gres/gpu=2" in row["AllocTRES"].split(",")
 
 
+def _netns() -> set[str]:
+    """The network namespaces `ip netns` names (the beds' nodes: sgpu-<ctld port>-<node>)."""
+    root = Path("/run/netns")
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
 def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
     """up brings up 2 idle nodes; a second up changes nothing; down leaves no daemon."""
     state = Path("/var/tmp/slurm-gpu-cluster-lifecycle-test")
@@ -194,8 +200,13 @@ def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
         assert {p.name: p.read_text() for p in (state / "run").glob("*.pid")} == pids
         assert {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()} == mtimes
     finally:
+        others = {n for n in _netns() if not n.startswith("sgpu-17817-")}
+        # Only the state dir, as a user would: `down` must find the bed's own network from
+        # it, not from ports its environment lacks (once it removed the default bed's).
         env = dict(os.environ, SLURM_GPU_CLUSTER_DIR=str(state))
         subprocess.run([str(LAUNCHER), "down"], env=env, check=False)
+    assert others <= _netns(), "down removed another bed's network namespaces"
+    assert not [n for n in _netns() if n.startswith("sgpu-17817-")]
     ours = [int(text) for name, text in pids.items() if name != "munge.pid"]
     alive = []
     for pid in ours:
