@@ -503,38 +503,32 @@ sa.Index(None, job_usage.c.start_time)
 # Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
 sa.Index(None, job_usage.c.cluster, job_usage.c.user, job_usage.c.end_time)
 
+
+def _usage_per(name: str, period: str) -> sa.Table:
+    """A usage rollup per `period` (a day's or month's first UTC midnight), owner and place."""
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("cluster", sa.String(NAME), nullable=False),
+        sa.Column(period, sa.Double(), nullable=False, autoincrement=False),
+        sa.Column("user", sa.String(NAME), nullable=False),
+        sa.Column("account", sa.String(NAME), nullable=False),
+        sa.Column("partition", sa.String(NAME), nullable=False),
+        *_place_columns(),
+        *_usage_columns(),
+        *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
+        sa.PrimaryKeyConstraint("cluster", period, "user", "account", "partition", *USAGE_PLACE),
+    )
+
+
 # Per UTC day, owner and place: the prorated sums of `job_usage` (the days each job
 # touches, by the part of the job inside each day).
-usage_daily = sa.Table(
-    "usage_daily",
-    metadata,
-    sa.Column("cluster", sa.String(NAME), nullable=False),
-    sa.Column("day", sa.Double(), nullable=False, autoincrement=False),
-    sa.Column("user", sa.String(NAME), nullable=False),
-    sa.Column("account", sa.String(NAME), nullable=False),
-    sa.Column("partition", sa.String(NAME), nullable=False),
-    *_place_columns(),
-    *_usage_columns(),
-    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
-    sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
-)
+usage_daily = _usage_per("usage_daily", "day")
 
 # Per UTC month (`month`: its first midnight), owner and place but the node (blank, but
 # for a blank GPU model, which the report fills from the node): the sums of that month's
 # `usage_daily` rows. A month's report reads it instead of the month's days.
-usage_monthly = sa.Table(
-    "usage_monthly",
-    metadata,
-    sa.Column("cluster", sa.String(NAME), nullable=False),
-    sa.Column("month", sa.Double(), nullable=False, autoincrement=False),
-    sa.Column("user", sa.String(NAME), nullable=False),
-    sa.Column("account", sa.String(NAME), nullable=False),
-    sa.Column("partition", sa.String(NAME), nullable=False),
-    *_place_columns(),
-    *_usage_columns(),
-    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
-    sa.PrimaryKeyConstraint("cluster", "month", "user", "account", "partition", *USAGE_PLACE),
-)
+usage_monthly = _usage_per("usage_monthly", "month")
 
 # The jobs of `jobs` that have no `job_usage` row (running, no summary yet, no start or
 # no end: the reports read them from raw rows), kept by every refold, so that a report
