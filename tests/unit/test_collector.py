@@ -475,28 +475,35 @@ def test_retry_after_is_capped_by_the_longest_backoff(tmp_path: Path) -> None:
 def test_sink_sends_the_outbox_rows_as_read() -> None:
     """The body holds the spool's rows byte for byte, signed over its own digest."""
     munge = FakeMunge()
-    sent: list[tuple[bytes, str]] = []
+    sent: list[tuple[str, int | None, str, bytes, str]] = []
 
     class Answer:
         status = 200
+        will_close = False
 
         def read(self) -> bytes:
             return b'{"rows": 1}'
 
-        def __enter__(self) -> Answer:
-            return self
+    class Connection:
+        def __init__(self, host: str, port: int | None, timeout: float) -> None:
+            self.host, self.port = host, port
 
-        def __exit__(self, *exc: object) -> None:
-            pass
+        def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
+            sent.append((self.host, self.port, path, body, headers["X-Slurm-GPU-Credential"]))
 
-    def opener(request: object, timeout: float) -> Answer:
-        sent.append((request.data, request.get_header("X-slurm-gpu-credential")))  # type: ignore[attr-defined]
-        return Answer()
+        def getresponse(self) -> Answer:
+            return Answer()
 
     payload = encode(fields_of(interval("gpu1", 0.0)))
-    sink = CollectorSink("http://head:6830/", munge.encode, clock=lambda: NOW, opener=opener)
+    sink = CollectorSink(
+        "http://head:6830/",
+        munge.encode,
+        clock=lambda: NOW,
+        connect=Connection,  # type: ignore[arg-type]
+    )
     sink.ship_batch("gpu1", [OutboxRow(42, "interval", "k", payload)])
-    ((body, credential),) = sent
+    ((host, port, path, body, credential),) = sent
+    assert ("head", 6830, "/v1/batch") == (host, port, path)
     batch = decode_batch(body)
     assert ("gpu1", f"gpu1:{NOW!r}:42", (WireRow("interval", "k", payload),)) == (
         batch.node, batch.batch, batch.rows,
