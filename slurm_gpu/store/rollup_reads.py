@@ -44,14 +44,22 @@ def slot_rows_exist(store: Store, since: float, until: float) -> bool:
 
 
 def summed_usage(
-    store: Store, spans: Sequence[Span], *, by_node: bool, figures: Sequence[str]
+    store: Store,
+    spans: Sequence[Span],
+    *,
+    by_node: bool,
+    figures: Sequence[str],
+    by_partition: bool = True,
 ) -> list[tuple[Any, ...]]:
     """Rows (owner, place, figures...) of `usage_daily` / `usage_monthly` over the spans.
 
     Each span is a table and [low, high) of its day or month column. Without `by_node`,
-    rows of a known GPU model are summed over nodes (the node blank).
+    rows of a known GPU model are summed over nodes (the node blank); without
+    `by_partition`, over partitions (the partition blank): fewer rows to read, where the
+    report needs no partition (what a report costs is mostly the values read).
     """
     rows: list[tuple[Any, ...]] = []
+    blank: sa.ColumnElement[str] = sa.literal_column("''")
     with store.reading("reading the usage rollups") as conn:
         for kind, low, high in spans:
             if high <= low:
@@ -64,18 +72,20 @@ def summed_usage(
                 if by_node or table is usage_monthly
                 else usage_rollup.blank_model_node(t).label("node")
             )
-            dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
+            partition = t.partition if by_partition else blank.label("partition")
+            dims = [t.user, t.account, partition, node, *(t[n] for n in USAGE_PLACE[1:])]
+            grouped = [d for d in dims if d is not partition or by_partition]
             where = (t.cluster == store.cluster, when >= low, when < high)
-            if table is usage_monthly and usage_rollup.next_month(low) == high:
+            if table is usage_monthly and usage_rollup.next_month(low) == high and by_partition:
                 # One month: its rows are one per owner and place already.
                 query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
             else:
                 query = (
                     sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
                     .where(*where)
-                    .group_by(*dims)
+                    .group_by(*grouped)
                 )
-            rows += [tuple(r) for r in conn.execute(query)]
+            rows += [tuple(r) for r in conn.execute(query).all()]
     return rows
 
 
@@ -87,8 +97,9 @@ def boundary_rows(
     Returns the rows (JOB_USAGE_COLUMNS) and how many queries found them (2: a job across
     both ends is there twice).
 
-    `first` None: every job of the period; else those started before `first` or ending
-    at or after `last`. Each query is a range of the (cluster, end_time, start_time) index.
+    `first` None: every job of the period; else those started before `first` (only
+    where `first` > `since`) or ending at or after `last`. Each query is a range of the
+    (cluster, end_time, start_time) index.
     """
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
@@ -99,11 +110,16 @@ def boundary_rows(
     else:
         # A test of start_time >= first here would lead PostgreSQL to the start_time index
         # and the period's every job.
-        parts = [base.where(u.start_time < first), base.where(u.end_time >= last)]
+        parts = [base.where(u.end_time >= last)]
+        if first > since:
+            # Only a period that cuts its first day needs the jobs started before it: the
+            # others' usage in the whole days is in `usage_daily`, and a job ended in them
+            # is counted there. (This range holds every job ended after `since`.)
+            parts.insert(0, base.where(u.start_time < first))
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading job usage rollups") as conn:
         for query in parts:
-            rows += [tuple(r) for r in conn.execute(query)]
+            rows += [tuple(r) for r in conn.execute(query).all()]
     return rows, len(parts)
 
 
