@@ -119,7 +119,6 @@ def build_report_from_rollups(
         cost,
         lag,
         by_node=group == "node",
-        by_partition=group == "partition" or bool(filters.partitions),
         weights=("jobs", weight),
     )
     sums = sums.assign(cluster=cluster or "cluster")
@@ -172,7 +171,6 @@ def period_usage(
     lag: float | None = None,
     *,
     by_node: bool = False,
-    by_partition: bool = True,
     weights: Sequence[str] = ("jobs",),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(sums, members) of the period that `scope` may see and -u/-A/-r select.
@@ -180,8 +178,7 @@ def period_usage(
     sums: rows of owner, place and FIGURE_SUMS plus the jobs counted by `weights`
     (`counted_figures`), from
     `usage_daily` summed in the database per owner and place (per node only `by_node`,
-    else the node is blank but where the GPU model is blank; per partition only
-    `by_partition`, else it is blank), the cut days' `job_usage`
+    else the node is blank but where the GPU model is blank), the cut days' `job_usage`
     rows and the unfolded jobs' raw rows. members: the jobs not counted in `usage_daily`
     (those whose last day with usage is not a whole day of the period), one row per job
     row: job id, owner, place, queue wait.
@@ -191,11 +188,7 @@ def period_usage(
     whole = first < last
     parts: list[pd.DataFrame] = []
     if whole:
-        parts.append(
-            rollup_sums(
-                store, first, last, by_node=by_node, weights=weights, by_partition=by_partition
-            )
-        )
+        parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
         edges = [(since, first), (last, until)]
     else:
         edges = [(since, until)]
@@ -253,13 +246,12 @@ def rollup_sums(
     *,
     by_node: bool,
     weights: Sequence[str],
-    by_partition: bool = True,
 ) -> pd.DataFrame:
     """The rollups of the whole days [first, last), summed by the database per owner and place.
 
     Whole UTC months from `usage_monthly` (not `by_node`), the other days from
     `usage_daily`. Without `by_node`, rows of a known GPU model are summed over nodes
-    (the node blank); without `by_partition`, rows are summed over partitions (blank).
+    (the node blank).
     """
     a, b = (first, first) if by_node else whole_months(first, last)
     spans: list[rollup_reads.Span] = [("daily", first, a), ("monthly", a, b), ("daily", b, last)]
@@ -267,10 +259,8 @@ def rollup_sums(
         spans = [("daily", first, last)]
     figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
-    rows = rollup_reads.summed_usage(
-        store, spans, by_node=by_node, figures=figures, by_partition=by_partition
-    )
-    return pd.DataFrame(rows, columns=names)
+    rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures)
+    return _frame(rows, names, figures)
 
 
 def boundary_cells(
@@ -284,10 +274,30 @@ def boundary_cells(
     from the (end_time, start_time) index.
     """
     rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
-    cells = pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
+    cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
     return cells
+
+
+def _frame(
+    rows: Sequence[tuple[Any, ...]], columns: Sequence[str], numbers: Sequence[str]
+) -> pd.DataFrame:
+    """Database rows as a frame, the `numbers` columns as floats.
+
+    Built by column: pandas reading a list of tuples infers every value's type, which
+    cost more than the query.
+    """
+    if not rows:
+        return pd.DataFrame(columns=list(columns))
+    floats = set(numbers)
+    values = zip(*rows, strict=True)
+    return pd.DataFrame(
+        {
+            c: np.array(v, dtype=float) if c in floats else v
+            for c, v in zip(columns, values, strict=True)
+        }
+    )
 
 
 def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
@@ -577,14 +587,15 @@ def _counts(
         mean = (folded_sums[:, 2] + np.array([float(w.sum()) for w in waits])) / waited
     by_buckets = known & (folded.sum(axis=1) > 0)
     counts = folded[by_buckets]
-    for row, i in enumerate(np.flatnonzero(by_buckets)):
+    buckets: list[int] = np.flatnonzero(by_buckets).tolist()
+    for row, i in enumerate(buckets):
         if len(waits[i]):
             counts[row] += np.bincount(wait_buckets(waits[i]), minlength=WAIT_BUCKETS)
     p95: list[float | None] = [None] * len(exact)
-    buckets = np.flatnonzero(by_buckets).tolist()
     for i, value in zip(buckets, histogram_percentiles(counts, 95.0).tolist(), strict=True):
         p95[i] = value
-    for i in np.flatnonzero(known & ~by_buckets).tolist():
+    exactly: list[int] = np.flatnonzero(known & ~by_buckets).tolist()
+    for i in exactly:
         p95[i] = float(np.percentile(waits[i], 95.0))
     return [
         (int(j), int(u), float(m) if k else None, p)

@@ -44,22 +44,14 @@ def slot_rows_exist(store: Store, since: float, until: float) -> bool:
 
 
 def summed_usage(
-    store: Store,
-    spans: Sequence[Span],
-    *,
-    by_node: bool,
-    figures: Sequence[str],
-    by_partition: bool = True,
+    store: Store, spans: Sequence[Span], *, by_node: bool, figures: Sequence[str]
 ) -> list[tuple[Any, ...]]:
     """Rows (owner, place, figures...) of `usage_daily` / `usage_monthly` over the spans.
 
     Each span is a table and [low, high) of its day or month column. Without `by_node`,
-    rows of a known GPU model are summed over nodes (the node blank); without
-    `by_partition`, over partitions (the partition blank): fewer rows to read, where the
-    report needs no partition (what a report costs is mostly the values read).
+    rows of a known GPU model are summed over nodes (the node blank).
     """
     rows: list[tuple[Any, ...]] = []
-    blank: sa.ColumnElement[str] = sa.literal_column("''")
     with store.reading("reading the usage rollups") as conn:
         for kind, low, high in spans:
             if high <= low:
@@ -72,18 +64,17 @@ def summed_usage(
                 if by_node or table is usage_monthly
                 else usage_rollup.blank_model_node(t).label("node")
             )
-            partition = t.partition if by_partition else blank.label("partition")
-            dims = [t.user, t.account, partition, node, *(t[n] for n in USAGE_PLACE[1:])]
-            grouped = [d for d in dims if d is not partition or by_partition]
+            dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
             where = (t.cluster == store.cluster, when >= low, when < high)
-            if table is usage_monthly and usage_rollup.next_month(low) == high and by_partition:
-                # One month: its rows are one per owner and place already.
+            if table is usage_monthly and usage_rollup.next_month(low) == high:
+                # One month: its rows are one per owner and place already (and summing
+                # them over partitions in SQL would cost more than it saves: SQLite sorts).
                 query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
             else:
                 query = (
                     sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
                     .where(*where)
-                    .group_by(*grouped)
+                    .group_by(*dims)
                 )
             rows += [tuple(r) for r in conn.execute(query).all()]
     return rows
