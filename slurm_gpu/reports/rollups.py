@@ -127,7 +127,12 @@ def build_report_from_rollups(
         sums = sums.assign(slot=_slot_labels(sums))
         members = members.assign(slot=_slot_labels(members))
     held_cost = cost is not None and cost.charge == "effective"
-    groups = [{"key": key, **f} for key, f in _grouped(sums, members, group, held_cost, weight)]
+    by_jobs = _matrix(sums, summed_columns("jobs"))  # the totals', the waste's (read once)
+    shared = by_jobs if weight == "jobs" else None
+    groups = [
+        {"key": key, **f}
+        for key, f in _grouped(sums, members, group, held_cost, weight, matrix=shared)
+    ]
     if group == "node":
         seen = {g["key"] for g in groups}
         empty = _figures(sums.iloc[0:0], members.iloc[0:0], held_cost)
@@ -143,17 +148,23 @@ def build_report_from_rollups(
                 if total_hours and g["gpu_hours"] / total_hours > busy_factor * mean_share
                 else ""
             )
-    total = {"key": TOTAL, **_figures(sums, members, held_cost)}
+    total = {"key": TOTAL, **_figures(sums, members, held_cost, matrix=by_jobs)}
     if group == "node":
         total["share_percent"] = 100.0 if groups else 0.0
         total["busy"] = ""
+    if group == "user":  # the users' figures are those just computed
+        wasted = [{**g} for g in groups if (g["idle_gpu_hours"] or 0.0) > 0]
+        waste = sorted(wasted, key=lambda g: (-g["idle_gpu_hours"], g["key"]))[:waste_top]
+    else:
+        waste = [
+            {"key": key, **f}
+            for key, f in _grouped(
+                sums, members, "user", held_cost, "jobs", top_idle=waste_top, matrix=by_jobs
+            )
+        ]
     groups = _sorted(groups, sort)
     if top is not None:
         groups = groups[:top]
-    waste = [
-        {"key": key, **f}
-        for key, f in _grouped(sums, members, "user", held_cost, "jobs", top_idle=waste_top)
-    ]
     notes = []
     if len(sums) and float(sums[list(WAIT_HISTOGRAMS[weight])].to_numpy(dtype=float).sum()) > 0:
         notes.append(BUCKET_NOTE)
@@ -477,12 +488,14 @@ def _grouped(
     weight: str,
     *,
     top_idle: int | None = None,
+    matrix: np.ndarray | None = None,
 ) -> list[tuple[Any, dict[str, Any]]]:
     """`(value, figures)` per distinct value of `key`, in sorted order (numpy, no groupby).
 
     `weight`: the count weight of this grouping (WEIGHT_OF). `top_idle`: only that many
     groups with idle GPU-hours, most idle first (the top waste): the figures of the other
-    groups are not computed.
+    groups are not computed. `matrix`: `_matrix` of sums' `summed_columns(weight)`,
+    where the caller has it.
     """
     if not len(sums) and not len(members):
         return []
@@ -494,7 +507,9 @@ def _grouped(
     keys = sorted(set(values) | set(exact))
     index = {k: i for i, k in enumerate(keys)}
     codes = np.array([index[v] for v in values], dtype=np.intp)
-    summed = _sum_by(codes, _matrix(sums, [*names, *histogram]), len(keys))
+    if matrix is None:
+        matrix = _matrix(sums, [*names, *histogram])
+    summed = _sum_by(codes, matrix, len(keys))
     user_codes, users_seen = pd.factorize(sums["user"].to_numpy(dtype=object))
     pairs = np.unique(codes * max(len(users_seen), 1) + user_codes)
     users = np.bincount(pairs // max(len(users_seen), 1), minlength=len(keys))
@@ -536,6 +551,17 @@ def _idle_hours(summed: np.ndarray, column: dict[str, int]) -> np.ndarray:
     measured = gpu - summed[:, column["missing_seconds"]]
     idle = np.maximum(measured - summed[:, column["active_seconds"]], 0.0) / 3600.0
     return np.where((gpu > 0) & (measured <= 0), np.nan, idle)
+
+
+def summed_columns(weight: str) -> list[str]:
+    """The columns a group's figures are summed from, its jobs counted by `weight`."""
+    return [
+        *FIGURE_SUMS,
+        weight,
+        f"{weight}_waited",
+        f"{weight}_wait_seconds",
+        *WAIT_HISTOGRAMS[weight],
+    ]
 
 
 def _matrix(frame: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
@@ -658,11 +684,19 @@ def histogram_percentiles(counts: np.ndarray, q: float) -> np.ndarray:
     return result
 
 
-def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
-    """The figures of every row together (the totals row)."""
+def _figures(
+    sums: pd.DataFrame,
+    members: pd.DataFrame,
+    held_cost: bool,
+    *,
+    matrix: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The figures of every row together (the totals row); `matrix` as `_grouped` takes it."""
     names = [*FIGURE_SUMS, "jobs", "jobs_waited", "jobs_wait_seconds"]
     histogram = list(WAIT_HISTOGRAMS["jobs"])
-    summed = _matrix(sums, [*names, *histogram]).sum(axis=0)
+    if matrix is None:
+        matrix = _matrix(sums, [*names, *histogram])
+    summed = matrix.sum(axis=0)
     totals = dict(zip(names, summed[: len(names)].tolist(), strict=True))
     exact = _exact(members.assign(_key="")) if len(members) else {}
     users = int(sums["user"].nunique()) if len(sums) else 0
