@@ -504,6 +504,50 @@ def test_a_job_across_both_ends_of_a_period_is_read_once(store: Store) -> None:
     assert not cells.duplicated(["job_id", "restart", "node", "slot_kind", "share"]).any()
 
 
+def test_a_period_from_a_midnight_reads_only_the_jobs_across_its_end(store: Store) -> None:
+    """The jobs across the start of a period of whole days are in `usage_daily`: not read.
+
+    A job of 20 hours started 5 hours before the month is counted once, with its wait;
+    the report by user (jobs, waits, waste) is that of raw rows.
+    """
+    since, until = WINDOWS["month"]
+    start, rng = since - 5 * H, random.Random(3)
+    store.upsert_jobs(
+        [
+            {
+                "job_id": 950,
+                "user": "u1",
+                "account": "acct0",
+                "partition": "gpu",
+                "job_name": "across",
+                "state": "COMPLETED",
+                "submit_time": start - 2 * H,
+                "start_time": start,
+                "end_time": start + 20 * H,
+                "nodes": "gpu1",
+                "gpus": 1,
+            }
+        ]
+    )
+    store.add_summaries([_summary(950, 0, "gpu1", "GPU-gpu1-0", A100, start, 20 * H, rng)])
+    with store.reading("test") as conn:
+        across = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(job_usage)
+            .where(job_usage.c.start_time < since, job_usage.c.end_time > since)
+            .where(job_usage.c.end_time < until)
+        ).scalar_one()
+    assert across > 0
+    cells = boundary_cells(store, since, until, since, until)
+    assert len(cells) > 0
+    assert (cells["end_time"] >= until).all()
+    for cost in COSTS:
+        assert_same_report(
+            old_report(store, "user", since, until, cost),
+            new_report(store, "user", since, until, cost),
+        )
+
+
 def test_report_command_says_where_queue_wait_p95_comes_from(store: Store, tmp_path: Path) -> None:
     """`slurm-gpu report accounts` says QueueWaitP95 came from buckets.
 
