@@ -1,6 +1,10 @@
 """`slurm-gpu report monthly`: one month's usage, waste and enforcement as HTML + CSV.
 
-Figures come from the same place as every report (reports/usage.py `load_usage` through
+Where the store is at the usage rollups' revision (0010) and the selection is -u/-A/-r
+only, under [cost] unit gpu_hour, the tables are summed from the rollups
+(reports/monthly_rollups.py: the month's `job_usage` rows, the unfolded jobs from raw
+rows), with the same figures as from raw rows. Otherwise, as before 0010: figures come
+from the same place as every report (reports/usage.py `load_usage` through
 `ReportEnv.usage`, so the caller's scope applies), prorated to the month like
 `slurm-gpu report` (reports/summary.py `prorated`) and summed by reports/figures.py
 (GPU-hours, cost, utilization weighted by GPU-hours, measured idle and missing

@@ -33,10 +33,12 @@ import pandas as pd
 
 from slurm_gpu.reports import rollups
 from slurm_gpu.reports.figures import idle_seconds
+from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, fill_models, gpu_rows, stored_jobs
+from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import _fractions, prorated
-from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
-from slurm_gpu.store import monthly_reads, rollup_reads, usage_rollup
+from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
+from slurm_gpu.store import monthly_reads, queries, rollup_reads, usage_rollup
 from slurm_gpu.store.schema import USAGE_PLACE
 
 ROLLUPS_REVISION = "0010"
@@ -173,23 +175,7 @@ def _unfolded(
     ids = rollup_reads.unfolded_job_ids(env.store, since, until)
     if not ids:
         return None
-    usage = load_usage(
-        env.store,
-        since=since,
-        until=until,
-        now=env.now_seconds,
-        sacct_jobs=None,
-        scope=env.scope,
-        filters=JobFilter(
-            users=filters.users,
-            accounts=filters.accounts,
-            partitions=filters.partitions,
-            job_ids=tuple(str(i) for i in ids),
-        ),
-        cost=env.config.cost,
-        figures_only=True,
-        lag=env.freshness.interval_lag,
-    )
+    usage = jobs_usage(env, ids, filters)
     jobs = usage.jobs[list(JOB_FACTS)].assign(job_id=usage.jobs["job_id"].astype("int64"))
     rows = prorated(usage, since, until, env.now_seconds)
     rows = rows[rows["fraction"] > 0] if len(rows) else rows
@@ -241,27 +227,24 @@ def _unfolded(
 
 
 def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
-    """These (few) jobs as the raw path reads them, if `env.scope` and -u/-A/-r allow.
+    """These jobs (by job id) as `load_usage` reads them, where scope and -u/-A/-r allow.
 
-    The top waste jobs' and the cancelled jobs' facts (name, state, GPUs, time limit).
+    The unfolded jobs of the month, and the top waste and cancelled jobs' facts (name,
+    state, GPUs, time limit). Read by job id exactly (not as `sacct -j`, which takes the
+    tasks of an array of that id too), as reports/rollups.py reads the unfolded jobs.
     """
     if not ids:
         facts = ["job_id", "alloc_gpus", "start_time", "time_limit_seconds"]
         return Usage(pd.DataFrame(columns=facts), pd.DataFrame(columns=["job_id"]))
-    return load_usage(
-        env.store,
-        since=None,
-        until=None,
-        now=env.now_seconds,
-        sacct_jobs=None,
-        scope=env.scope,
-        filters=JobFilter(
-            users=filters.users,
-            accounts=filters.accounts,
-            partitions=filters.partitions,
-            job_ids=tuple(str(int(i)) for i in sorted(set(ids))),
-        ),
-        cost=env.config.cost,
-        figures_only=True,
-        lag=env.freshness.interval_lag,
-    )
+    store, now = env.store, env.now_seconds
+    stored = queries.job_rows_in_window(store, None, None, sorted({int(i) for i in ids}))
+    jobs = _select(stored_jobs(stored, queries.JOB_ROW_COLUMNS, now), filters, env.scope)
+    wanted = jobs["job_id"].to_numpy(dtype="int64")
+    summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=GPU_COLUMNS)
+    lag = env.freshness.interval_lag
+    unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
+    gpus = gpu_rows(store, wanted, summary_rows, GPU_COLUMNS, unsummarized)
+    if not gpus.empty:
+        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+    gpus = add_cost(fill_models(gpus, store), jobs, env.config.cost)
+    return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
