@@ -385,7 +385,9 @@ def _priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
         sums["cost"] = 0.0
         sums["idle_held_cost"] = 0.0 if cost is not None and cost.charge == "effective" else np.nan
         return sums
-    keys = list(zip(sums["gpu_model"], sums["mig_profile"], sums["share"], strict=True))
+    # As object arrays: iterating pandas' string columns boxes every value, slowly.
+    places = (sums[n].to_numpy(dtype=object) for n in ("gpu_model", "mig_profile", "share"))
+    keys = list(zip(*places, strict=True))
     per_gpu = cost.unit != "gpu_mem_hour"
     prices = {
         k: slot_price_for(str(k[0]), cost, float(k[2]), str(k[1]), per_gpu=per_gpu)
@@ -463,7 +465,9 @@ def _visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFr
         frame[name] = frame[name].astype(str)
     keep = np.ones(len(frame), dtype=bool)
     if not scope.all:
-        pairs = list(zip(frame["user"], frame["account"], strict=True))
+        pairs = list(
+            zip(*(frame[n].to_numpy(dtype=object) for n in ("user", "account")), strict=True)
+        )
         seen = {pair: scope.sees(*pair) for pair in set(pairs)}
         keep &= np.array([seen[p] for p in pairs], dtype=bool)
     for name, wanted in (
