@@ -207,3 +207,9 @@ def test_rollups_are_read_only_where_they_keep_the_figures(store: Store) -> None
     assert not monthly_rollups.usable(env(store), JobFilter(states=("COMPLETED",)))
     for cost in COSTS:
         assert monthly_rollups.usable(env(store, cost), JobFilter()) == (cost.unit == "gpu_hour")
+
+
+def test_a_month_with_no_usage_is_the_same_empty_report(store: Store) -> None:
+    raw, folded = both(env(store), "2025-01")
+    assert raw.overview["jobs"] == 0 and not raw.users
+    assert_same_report(raw, folded)
