@@ -392,6 +392,25 @@ def test_user_account_partition_filters_from_rollups_equal_raw_rows(store: Store
         )
 
 
+def test_a_scoped_report_from_rollups_equals_raw_rows(store: Store) -> None:
+    """A user who coordinates an account sees the same rows from the rollups as raw."""
+    scope = Scope(Caller(1001, "u1"), False, frozenset({"acct2"}), reason="coordinator")
+    since, until = WINDOWS["cut days"]
+    for group in ("user", "account"):
+        usage = load_usage(
+            store, since=since, until=until, now=NOW, sacct_jobs=None, scope=scope,
+            cost=COSTS[0], lag=LAG,
+        )  # fmt: skip
+        expected = build_report(usage, group, since=since, until=until, now=NOW, cluster="c1")
+        actual = build_report_from_rollups(
+            store, group, since=since, until=until, now=NOW, scope=scope, cost=COSTS[0],
+            lag=LAG, cluster="c1",
+        )  # fmt: skip
+        assert_same_report(expected, actual)
+    everyone = new_report(store, "account", since, until, COSTS[0])
+    assert 0 < actual.total["gpu_hours"] < everyone.total["gpu_hours"]  # not vacuous
+
+
 def _tables(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     with store.reading("test") as conn:
         return {
