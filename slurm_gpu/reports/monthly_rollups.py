@@ -237,8 +237,7 @@ def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
         facts = ["job_id", "alloc_gpus", "start_time", "time_limit_seconds"]
         return Usage(pd.DataFrame(columns=facts), pd.DataFrame(columns=["job_id"]))
     store, now = env.store, env.now_seconds
-    stored = queries.job_rows_in_window(store, None, None, sorted({int(i) for i in ids}))
-    jobs = _select(stored_jobs(stored, queries.JOB_ROW_COLUMNS, now), filters, env.scope)
+    jobs = _stored(env, ids, filters)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
     summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=GPU_COLUMNS)
     lag = env.freshness.interval_lag
@@ -248,3 +247,32 @@ def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
         jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gpus = add_cost(fill_models(gpus, store), jobs, env.config.cost)
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
+
+
+def job_facts(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
+    """`jobs_usage(...).jobs` of these jobs without their GPU rows (the controller's).
+
+    A job's GPUs are its allocation; only where that is unknown are its GPU rows read
+    and counted, as `load_usage` counts them.
+    """
+    if not ids:
+        return jobs_usage(env, ids, filters)
+    jobs = _stored(env, ids, filters).reset_index(drop=True)
+    alloc = pd.to_numeric(jobs["alloc_gpus"], errors="coerce").fillna(0).to_numpy()
+    unknown = alloc <= 0
+    if unknown.any():
+        counted = jobs_usage(env, jobs["job_id"][unknown].tolist(), filters).jobs
+        by_id = dict(zip(counted["job_id"].tolist(), counted["alloc_gpus"].tolist(), strict=True))
+        values = jobs["alloc_gpus"].astype(object).to_numpy().copy()
+        job_ids = jobs["job_id"].to_numpy(dtype="int64")
+        for i in np.flatnonzero(unknown).tolist():
+            values[i] = by_id.get(int(job_ids[i]), values[i])
+        jobs["alloc_gpus"] = values
+    return Usage(jobs, pd.DataFrame(columns=["job_id"]))
+
+
+def _stored(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> pd.DataFrame:
+    """The stored rows of these jobs (by exact job id) that scope and -u/-A/-r allow."""
+    stored = queries.job_rows_in_window(env.store, None, None, sorted({int(i) for i in ids}))
+    jobs = stored_jobs(stored, queries.JOB_ROW_COLUMNS, env.now_seconds)
+    return _select(jobs, filters, env.scope)

@@ -213,3 +213,28 @@ def test_a_month_with_no_usage_is_the_same_empty_report(store: Store) -> None:
     raw, folded = both(env(store), "2025-01")
     assert raw.overview["jobs"] == 0 and not raw.users
     assert_same_report(raw, folded)
+
+
+def test_a_cancelled_job_of_unknown_allocation_counts_its_gpu_rows(store: Store) -> None:
+    """Job 950 (u0) names no GPUs: its two summaries are its GPUs, as from raw rows."""
+    import random
+
+    from tests.unit.test_report_rollups import A100, _summary
+
+    start = NOV + 10 * 24 * H
+    store.upsert_jobs(
+        [{"job_id": 950, "user": "u0", "account": "acct2", "partition": "gpu",
+          "submit_time": start - 60.0, "start_time": start, "end_time": start + 5 * H,
+          "nodes": "gpu3", "gpus": 0}]
+    )  # fmt: skip
+    rng = random.Random(3)
+    store.add_summaries(
+        [_summary(950, 0, "gpu3", f"GPU-gpu3-{g}", A100, start, 5 * H, rng) for g in range(2)]
+    )
+    cancel = Verdict("idle_gpu", Action.CANCEL, "job:950", "idle", job_id=950, user="u0",
+                     account="acct2")  # fmt: skip
+    store.control.audit([cancel], time=start + H, cycle="z", controller="h", dry_run=False,
+                        outcome="done")  # fmt: skip
+    raw, folded = both(env(store), "2026-11")
+    assert [a["gpus"] for a in folded.actions if a["job_id"] == 950] == [2]
+    assert_same_report(raw, folded)
