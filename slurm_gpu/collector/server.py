@@ -17,6 +17,7 @@ agent opens a new one (CollectorSink).
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import logging
 import resource
@@ -36,8 +37,9 @@ from slurm_gpu.errors import SlurmGpuError
 
 log = logging.getLogger(__name__)
 
-# Seconds a connection may stay idle (agents ship every [node] interval, 10 s).
-IDLE_TIMEOUT = 60.0
+# Seconds a connection may stay idle (agents ship every [node] interval, 10 s; longer
+# after a refusal, as they back off).
+IDLE_TIMEOUT = 120.0
 # Seconds a request may take to arrive once it started (a stalled client frees its thread).
 REQUEST_TIMEOUT = 60.0
 
@@ -89,6 +91,7 @@ class _KeepAliveHTTPServer(HTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, handler)
+        self.handler_class = handler
         self.workers = workers
         self.metrics = metrics
         self.idle_timeout = idle_timeout
@@ -99,6 +102,10 @@ class _KeepAliveHTTPServer(HTTPServer):
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
+        # Written once to stop: level-triggered, it wakes every request thread in turn (they
+        # wait without a timeout, since each wake-up takes the interpreter lock from the
+        # thread at work).
+        self._wake_r, self._wake_w = socket.socketpair()
         metrics.track_connections(lambda: len(self._conns))
 
     def serve_forever(self, poll_interval: float = 1.0) -> None:
@@ -106,6 +113,7 @@ class _KeepAliveHTTPServer(HTTPServer):
         self._stopped.clear()
         self.socket.setblocking(False)
         self._epoll.register(self.socket.fileno(), _ARMED)
+        self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
         threads = [
             threading.Thread(target=self._work, name=f"collector-http-{n}", daemon=True)
             for n in range(self.workers)
@@ -126,9 +134,11 @@ class _KeepAliveHTTPServer(HTTPServer):
             self._stopped.set()
 
     def _work(self) -> None:
-        listening = self.socket.fileno()
-        while not self._stopping.is_set():
-            for fd, _ in self._epoll.poll(0.5, 1):
+        listening, wake = self.socket.fileno(), self._wake_r.fileno()
+        while True:
+            for fd, _ in self._epoll.poll(-1, 1):
+                if fd == wake:  # shutdown(); left unread, so that it wakes the others too
+                    return
                 if fd == listening:
                     self._accept()
                     self._epoll.modify(listening, _ARMED)
@@ -164,9 +174,7 @@ class _KeepAliveHTTPServer(HTTPServer):
         keep = False
         try:
             if conn.handler is None:
-                conn.handler = cast(
-                    _KeepAliveHandler, self.RequestHandlerClass(conn.sock, conn.peer, self)
-                )
+                conn.handler = self.handler_class(conn.sock, conn.peer, self)
             keep = conn.handler.serve_request()
         except Exception:
             self.handle_error(conn.sock, conn.peer)
@@ -208,12 +216,15 @@ class _KeepAliveHTTPServer(HTTPServer):
     def shutdown(self) -> None:
         """Stops the request threads (each after its request) and closes the connections."""
         self._stopping.set()
+        self._wake_w.send(b"\0")
         self._stopped.wait()
 
     def server_close(self) -> None:
         """Closes the listening socket and the epoll."""
         super().server_close()
         self._epoll.close()
+        self._wake_r.close()
+        self._wake_w.close()
 
 
 class _KeepAliveHandler(BaseHTTPRequestHandler):
@@ -226,6 +237,9 @@ class _KeepAliveHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT
+    # The head and the body of an answer are two writes: with Nagle's algorithm the body
+    # would wait for the client's delayed ACK of the head (40 ms) on a kept connection.
+    disable_nagle_algorithm = True
 
     def __init__(self, request: Any, client_address: Any, server: Any) -> None:
         self.request = request
@@ -248,7 +262,7 @@ class _KeepAliveHandler(BaseHTTPRequestHandler):
         """Whether the next request is here already (read without waiting for one)."""
         self.request.setblocking(False)
         try:
-            return bool(self.rfile.peek(1))
+            return bool(cast(io.BufferedReader, self.rfile).peek(1))
         except OSError:
             return False
         finally:
@@ -292,6 +306,10 @@ class Collector:
         self.metrics = metrics
         self.max_batch_bytes = max_batch_bytes
         self.health = health
+        # Threads checking a batch at once: the writers run in this process too, under the
+        # same interpreter lock; more batches being decoded at once only take it from
+        # them and grow the queue (measured: bench/scale, docs/design/collector.md).
+        self._checking = threading.BoundedSemaphore(max(1, writer.pool_size // 2))
         host, _, port = listen.rpartition(":")
         self._server = _KeepAliveHTTPServer(
             (host.strip("[]"), int(port)),
@@ -338,13 +356,14 @@ class Collector:
         try:
             if len(body) > self.max_batch_bytes:
                 raise _oversized(len(body), self.max_batch_bytes)
-            try:
-                batch = decode_batch(body)
-            except WireError as exc:
-                raise Refusal(400, "malformed", str(exc)) from None
-            node, batch_id = batch.node, batch.batch
-            self.check.check_credential(credential, body, batch.node)
-            decoded = decode_rows(batch)
+            with self._checking:
+                try:
+                    batch = decode_batch(body)
+                except WireError as exc:
+                    raise Refusal(400, "malformed", str(exc)) from None
+                node, batch_id = batch.node, batch.batch
+                self.check.check_credential(credential, body, batch.node)
+                decoded = decode_rows(batch)
             self.writer.write(batch.node, decoded)
         except Refusal as refusal:
             self.refused(refusal, node, peer, batch_id)

@@ -74,9 +74,11 @@ class CollectorSink:
         parts = urllib.parse.urlsplit(self.url)
         self._host, self._port = parts.hostname or "", parts.port
         self._path = parts.path
-        secure = parts.scheme == "https"
+        opener = (
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+        )
         self._connect: Connect = connect or (
-            http.client.HTTPSConnection if secure else http.client.HTTPConnection
+            lambda host, port, timeout: opener(host, port, timeout=timeout)
         )
         self._conn: http.client.HTTPConnection | None = None
 
