@@ -296,7 +296,7 @@ def _tables_from_rollups(
         queue=_queue(Usage(month.jobs, pd.DataFrame(columns=["job_id"])), since, until),
         efficiency_note=gpm.unmeasured_note(sums, total),
         slots=slots,
-        jobs_of=lambda ids: monthly_rollups.job_facts(env, ids, filters),
+        jobs_of=lambda ids: monthly_rollups.job_facts(env, ids, filters, since, until),
     )
 
 

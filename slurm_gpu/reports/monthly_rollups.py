@@ -43,6 +43,8 @@ from slurm_gpu.store.schema import USAGE_PLACE
 
 ROLLUPS_REVISION = "0010"
 JOB_FACTS = ("job_id", "partition", "start_time", "submit_time")
+# What the controller's table takes from sacct where live sacct answers (`job_facts`).
+SACCT_FACTS = ("start_time", "time_limit_seconds", "alloc_gpus")
 
 
 def usable(env: ReportEnv, filters: JobFilter) -> bool:
@@ -249,15 +251,29 @@ def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
 
 
-def job_facts(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
+def job_facts(
+    env: ReportEnv, ids: Sequence[int], filters: JobFilter, since: float, until: float
+) -> Usage:
     """`jobs_usage(...).jobs` of these jobs without their GPU rows (the controller's).
 
     A job's GPUs are its allocation; only where that is unknown are its GPU rows read
-    and counted, as `load_usage` counts them.
+    and counted, as `load_usage` counts them. Time limits are sacct's only (the store
+    keeps none): with live sacct, the month's rows (the raw path's one sacct call) give
+    these jobs their start, time limit and allocation, as `load_usage` overlays them.
     """
     if not ids:
         return jobs_usage(env, ids, filters)
     jobs = _stored(env, ids, filters).reset_index(drop=True)
+    sacct = {j.job_id: j for j in env.sacct(since, until, filters) or ()}
+    if sacct and len(jobs):
+        overlaid = {n: jobs[n].astype(object).to_numpy().copy() for n in SACCT_FACTS}
+        for i, job_id in enumerate(jobs["job_id"].to_numpy(dtype="int64").tolist()):
+            row = sacct.get(job_id)
+            for name in SACCT_FACTS if row is not None else ():
+                value = getattr(row, name)
+                if value is not None and value != "":
+                    overlaid[name][i] = value
+        jobs = jobs.assign(**{n: pd.Series(v, index=jobs.index) for n, v in overlaid.items()})
     alloc = pd.to_numeric(jobs["alloc_gpus"], errors="coerce").fillna(0).to_numpy()
     unknown = alloc <= 0
     if unknown.any():

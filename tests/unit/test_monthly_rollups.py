@@ -238,3 +238,29 @@ def test_a_cancelled_job_of_unknown_allocation_counts_its_gpu_rows(store: Store)
     raw, folded = both(env(store), "2026-11")
     assert [a["gpus"] for a in folded.actions if a["job_id"] == 950] == [2]
     assert_same_report(raw, folded)
+
+
+def test_gpu_hours_returned_take_sacct_time_limits(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store keeps no time limit: with live sacct, the cancelled job's comes from it."""
+    from slurm_gpu.slurm.sacct import SacctJob
+
+    report_env = env(store)
+    job = next(j for j in build_monthly(report_env, "2026-11").actions if j["job_id"] == 104)
+    assert job["gpu_hours_returned"] is None  # no sacct: the limit is unknown
+    with store.reading("job 104") as conn:
+        start, gpus = conn.execute(
+            sa.text("SELECT start_time, gpus FROM jobs WHERE job_id = 104")
+        ).one()
+    row = SacctJob(104, "104", "j104", "u4", "acct2", "mig" if 104 % 2 else "gpu", "normal",
+                   "COMPLETED", "COMPLETED", None, start, None, None, 100 * H, ("gpu2",),
+                   gpus, (), 0)  # fmt: skip
+    monkeypatch.setattr(ReportEnv, "sacct", lambda self, since, until, filters: [row])
+    returned = [
+        a["gpu_hours_returned"]
+        for a in build_monthly(report_env, "2026-11", from_rollups=True).actions
+        if a["job_id"] == 104
+    ]
+    assert returned == [pytest.approx(gpus * max(start + 100 * H - (NOV + 5 * H), 0.0) / H)]
+    assert returned[0] > 0
