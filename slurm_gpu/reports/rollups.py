@@ -127,7 +127,8 @@ def build_report_from_rollups(
         sums = sums.assign(slot=_slot_labels(sums))
         members = members.assign(slot=_slot_labels(members))
     held_cost = cost is not None and cost.charge == "effective"
-    by_jobs = _matrix(sums, summed_columns("jobs"))  # the totals', the waste's (read once)
+    # One float matrix of the sums for the totals, the waste and groups counted by "jobs".
+    by_jobs = _matrix(sums, summed_columns("jobs"))
     shared = by_jobs if weight == "jobs" else None
     groups = [
         {"key": key, **f}
@@ -251,12 +252,7 @@ def whole_months(first: float, last: float) -> tuple[float, float]:
 
 
 def rollup_sums(
-    store: Store,
-    first: float,
-    last: float,
-    *,
-    by_node: bool,
-    weights: Sequence[str],
+    store: Store, first: float, last: float, *, by_node: bool, weights: Sequence[str]
 ) -> pd.DataFrame:
     """The rollups of the whole days [first, last), summed by the database per owner and place.
 
@@ -280,9 +276,10 @@ def boundary_cells(
     """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
 
     `first` None: every job of the period; else those with a part outside the whole days
-    [first, last): started before `first` or ending at or after `last` (the jobs that
-    run across the period's ends, and those of its cut days). Two queries, each answered
-    from the (end_time, start_time) index.
+    [first, last): started before `first` (where the period cuts its first day: else
+    `usage_daily` holds and counts them) or ending at or after `last` (the jobs that run
+    across the period's ends, and those of its cut days). One query or two, each
+    answered from the (end_time, start_time) index.
     """
     rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
     cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
