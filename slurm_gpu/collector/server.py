@@ -306,10 +306,6 @@ class Collector:
         self.metrics = metrics
         self.max_batch_bytes = max_batch_bytes
         self.health = health
-        # Threads checking a batch at once: the writers run in this process too, under the
-        # same interpreter lock; more batches being decoded at once only take it from
-        # them and grow the queue (measured: bench/scale, docs/design/collector.md).
-        self._checking = threading.BoundedSemaphore(max(1, writer.pool_size // 2))
         host, _, port = listen.rpartition(":")
         self._server = _KeepAliveHTTPServer(
             (host.strip("[]"), int(port)),
@@ -356,14 +352,13 @@ class Collector:
         try:
             if len(body) > self.max_batch_bytes:
                 raise _oversized(len(body), self.max_batch_bytes)
-            with self._checking:
-                try:
-                    batch = decode_batch(body)
-                except WireError as exc:
-                    raise Refusal(400, "malformed", str(exc)) from None
-                node, batch_id = batch.node, batch.batch
-                self.check.check_credential(credential, body, batch.node)
-                decoded = decode_rows(batch)
+            try:
+                batch = decode_batch(body)
+            except WireError as exc:
+                raise Refusal(400, "malformed", str(exc)) from None
+            node, batch_id = batch.node, batch.batch
+            self.check.check_credential(credential, body, batch.node)
+            decoded = decode_rows(batch)
             self.writer.write(batch.node, decoded)
         except Refusal as refusal:
             self.refused(refusal, node, peer, batch_id)
