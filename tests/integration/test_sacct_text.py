@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +29,29 @@ def cancelled_by_alice(testbed: TestBed) -> Iterator[int]:
         testbed.wait_state(job, {"RUNNING"})
         testbed.run("scancel", str(job), user="alice")
         testbed.wait_done(job)
+        wait_slurm_knows_name(testbed, job, "a|b")
         yield job
     finally:
         testbed.run("scancel", str(job), check=False)
+
+
+def wait_slurm_knows_name(testbed: TestBed, job: int, name: str) -> None:
+    """Until Slurm's own sacct shows the job's name.
+
+    A job cancelled seconds after it started can reach slurmdbd's database first by its
+    completion message, which carries no name: sacct then says "allocation" until the
+    start message lands (Slurm's as_mysql_job_complete calls as_mysql_job_start with the
+    completion's fields, as_mysql_job.c, jname = "allocation"). Both sacct views read the
+    same database; this test compares them once it holds the name.
+    """
+    deadline = time.monotonic() + 90
+    shown = ""
+    while time.monotonic() < deadline:
+        shown = testbed.run("sacct", "-X", "-n", "-P", "-j", str(job), "-o", "JobName").stdout
+        if shown.strip() == name:
+            return
+        time.sleep(1)
+    raise AssertionError(f"Slurm's sacct still names job {job} {shown.strip()!r}, not {name!r}")
 
 
 def slurm_gpu_sacct(testbed: TestBed, *args: str) -> str:
