@@ -656,3 +656,62 @@ def test_bad_batch_in_a_group_leaves_nothing_of_it_in_a_real_store(
     assert ({0.0: "ok", 60.0: "503 store_down", 120.0: "ok"}, [0.0, 120.0]) == (answers, stored)
     (logged,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "NOT NULL constraint failed: gpu_intervals.util_sample_count" in logged
+
+
+class _GatedSink:
+    """A store whose writes wait until the test opens the gate; records the nodes written."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.nodes: list[str] = []
+
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        self.gate.wait(10)
+        self.nodes += [node for node, _ in batches]
+        return len(batches)
+
+    def ping(self) -> None:
+        pass
+
+
+def test_a_batch_finding_the_queue_full_waits_queue_wait_for_room() -> None:
+    """A full queue refuses a batch only after queue_wait.
+
+    The writer busy, the one queue slot taken: a third batch gets in once room frees
+    within queue_wait (a burst over kept connections); refused 503 only past it.
+    """
+    sink = _GatedSink()
+    writer = BatchWriter(sink, CollectorMetrics(), pool_size=1, queue_depth=1, queue_wait=5.0)
+    writer.start()
+    batch = DecodedBatch()
+    threads = [threading.Thread(target=writer.write, args=(f"gpu{n}", batch)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # gpu1 with the writer, gpu2 in the queue
+    waited: list[BaseException] = []
+
+    def third() -> None:
+        try:
+            writer.write("gpu3", batch)
+        except Exception as exc:
+            waited.append(exc)
+
+    late = threading.Thread(target=third)
+    late.start()
+    time.sleep(0.3)
+    sink.gate.set()
+    for thread in [*threads, late]:
+        thread.join(10)
+    writer.stop()
+    assert [] == waited
+    assert ["gpu1", "gpu2", "gpu3"] == sorted(sink.nodes)
+    quick = BatchWriter(
+        _GatedSink(), CollectorMetrics(), pool_size=1, queue_depth=1, queue_wait=0.1
+    )
+    quick.start()
+    for n in (1, 2):
+        threading.Thread(target=quick.write, args=(f"gpu{n}", batch), daemon=True).start()
+        time.sleep(0.2)
+    with pytest.raises(Refusal) as refused:
+        quick.write("gpu3", batch)
+    assert ("queue_full", 503) == (refused.value.reason, refused.value.status)
