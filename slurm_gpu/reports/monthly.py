@@ -35,7 +35,7 @@ from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import has_slots, prorated, slot_groups
-from slurm_gpu.reports.usage import JobFilter, Usage, with_job_listing
+from slurm_gpu.reports.usage import JobFilter, Usage, _overlay, with_job_listing
 from slurm_gpu.store import monthly_reads, queries
 from slurm_gpu.store.control import AuditEntry
 from slurm_gpu.units import is_known
@@ -644,12 +644,20 @@ def _summed_waste_jobs(
     idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
     listed = monthly_rollups.jobs_usage(env, idle.index.tolist(), filters)
     facts = with_job_listing(env.store, listed.jobs, env.now_seconds).set_index("job_id")
+    # The store's jobs hold only what the hooks and `slurm-gpu sync` wrote (no name before
+    # a sync): sacct's facts of the listed jobs win, as load_usage lays them over the raw
+    # path's rows (one `sacct -j` of these few jobs).
+    asked = JobFilter(job_ids=tuple(str(i) for i in idle.index))
+    answered = env.sacct(None, None, asked) if len(idle) else None  # none: every job
+    sacct = {j.job_id: j for j in answered or ()}
     chosen = sums["job_id"].astype("int64").isin(idle.index).to_numpy()
     chosen_members = members["job_id"].astype("int64").isin(idle.index).to_numpy()
     per_job = dict(rollups._grouped(sums[chosen], members[chosen_members], "job_id", held, "jobs"))
     out = []
     for job_id in idle.index:
-        job = facts.loc[job_id]
+        job = facts.loc[job_id].to_dict() | {"job_id": int(job_id)}
+        if int(job_id) in sacct:
+            job = _overlay(job, sacct[int(job_id)])
         job_figures = per_job[str(job_id)]
         out.append(
             {

@@ -264,3 +264,34 @@ def test_gpu_hours_returned_take_sacct_time_limits(
     ]
     assert returned == [pytest.approx(gpus * max(start + 100 * H - (NOV + 5 * H), 0.0) / H)]
     assert returned[0] > 0
+
+
+def test_top_waste_jobs_take_sacct_names_as_raw_rows_do(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job the store knows without a name (no `slurm-gpu sync` yet): sacct names it.
+
+    Both paths list it with sacct's name and state, as `slurm-gpu sacct` shows it.
+    """
+    from slurm_gpu.slurm.sacct import SacctJob
+
+    report_env = env(store)
+    wasteful = build_monthly(report_env, "2026-11", from_rollups=True).waste_jobs[0]
+    job_id = int(wasteful["job_id"])
+    with store.writing("forgetting a job's name") as conn:
+        conn.execute(sa.text("UPDATE jobs SET job_name = NULL WHERE job_id = :j"), {"j": job_id})
+    unnamed = build_monthly(report_env, "2026-11", from_rollups=True).waste_jobs[0]
+    assert (job_id, "") == (int(unnamed["job_id"]), unnamed["name"])
+    with store.reading("the job") as conn:
+        user, account, partition, start = conn.execute(
+            sa.text("SELECT user, account, partition, start_time FROM jobs WHERE job_id = :j"),
+            {"j": job_id},
+        ).one()
+    row = SacctJob(job_id, str(job_id), "<b>train</b>", user, account, partition, "normal",
+                   "CANCELLED", "CANCELLED by 1001", None, start, None, None, None, (),
+                   0, (), 0)  # fmt: skip
+    monkeypatch.setattr(ReportEnv, "sacct", lambda self, since, until, filters: [row])
+    for from_rollups in (True, False):
+        listed = build_monthly(report_env, "2026-11", from_rollups=from_rollups).waste_jobs
+        shown = next(j for j in listed if int(j["job_id"]) == job_id)
+        assert ("<b>train</b>", "CANCELLED by 1001") == (shown["name"], shown["state"])
