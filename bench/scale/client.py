@@ -1,7 +1,9 @@
 """One client process: its share of the simulated nodes, each shipping once per its tick.
 
-asyncio over raw HTTP/1.1 streams, one connection per batch as the agent's urllib opens
-one (the collector answers HTTP/1.0 and closes). Each batch is signed by the real munged
+asyncio over raw HTTP/1.1 streams, one kept-alive connection per node as the agent's
+CollectorSink keeps one (a connection the collector closed meanwhile is reopened and the
+batch sent again with a fresh credential, as CollectorSink does; `--new-connections`: one
+connection per batch, as the agent did before keep-alive). Each batch is signed by the real munged
 (`Libmunge.encode` over the body's SHA-256 digest, as CollectorSink does; this process
 runs as root, so the credential's uid is 0) and timed from signing to the collector's
 answer: the agent's ship latency. A refused batch's rows wait and go again with the
@@ -56,8 +58,12 @@ class Client:
         munge_socket: str,
         in_flight: int,
         timeout: float,
+        keep_alive: bool = True,
     ) -> None:
         self.host, self.port = host, port
+        self.keep_alive = keep_alive
+        # node number -> its open connection, while no request is on it
+        self.conns: dict[int, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
         self.nodes = nodes
         self.heartbeat = heartbeat
         self.change = change
@@ -66,7 +72,7 @@ class Client:
         self.timeout = timeout
         self.request_head = (
             f"POST {PATH} HTTP/1.1\r\nHost: {host}:{port}\r\n"
-            "Content-Type: application/json\r\nConnection: close\r\n"
+            "Content-Type: application/json\r\n" + ("" if keep_alive else "Connection: close\r\n")
         ).encode()
 
     async def step(
@@ -128,9 +134,8 @@ class Client:
         status = "error"
         try:
             body = body_of(node.name, f"{node.name}:{started!r}:{node.ticks}", started, rows)
-            credential = self.munge.encode(digest(body).encode())
-            status = await asyncio.wait_for(self._post(body, credential), self.timeout)
-        except (TimeoutError, OSError, ValueError) as exc:
+            status = await asyncio.wait_for(self._post(node.number, body), self.timeout)
+        except (TimeoutError, OSError, EOFError, ValueError) as exc:
             status = f"error:{type(exc).__name__}"
         finally:
             sem.release()
@@ -146,20 +151,58 @@ class Client:
         else:
             node.pending = (*rows, *node.pending)
 
-    async def _post(self, body: bytes, credential: str) -> str:
-        reader, writer = await asyncio.open_connection(self.host, self.port)
-        try:
-            head = f"{CREDENTIAL_HEADER}: {credential}\r\nContent-Length: {len(body)}\r\n\r\n"
-            writer.write(self.request_head + head.encode() + body)
-            await writer.drain()
-            status_line = await reader.readline()
-            parts = status_line.split()
-            if len(parts) < 2:
-                raise ValueError(f"no HTTP status line: {status_line[:60]!r}")
-            await reader.read()  # headers and body, until the collector closes
-            return parts[1].decode()
-        finally:
-            writer.close()
+    async def _post(self, number: int, body: bytes) -> str:
+        """POSTs one batch on the node's connection; its status ("200")."""
+        payload = digest(body).encode()
+        kept = self.conns.pop(number, None)
+        while True:
+            conn = kept or await asyncio.open_connection(self.host, self.port)
+            credential = self.munge.encode(payload)  # a credential decodes once: one each
+            try:
+                status, keep = await self._exchange(conn, body, credential)
+            except (ConnectionError, asyncio.IncompleteReadError, _Stale):
+                conn[1].close()
+                if kept is not None:  # closed by the collector while idle: once more, anew
+                    kept = None
+                    continue
+                raise
+            except BaseException:  # timeout, cancelled: the connection's state is unknown
+                conn[1].close()
+                raise
+            if keep and self.keep_alive:
+                self.conns[number] = conn
+            else:
+                conn[1].close()
+            return status
+
+    async def _exchange(
+        self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], body: bytes, credential: str
+    ) -> tuple[str, bool]:
+        """One request and its answer: (status, whether the connection stays open)."""
+        reader, writer = conn
+        head = f"{CREDENTIAL_HEADER}: {credential}\r\nContent-Length: {len(body)}\r\n\r\n"
+        writer.write(self.request_head + head.encode() + body)
+        await writer.drain()
+        status_line = await reader.readline()
+        if not status_line:
+            raise _Stale("closed before an answer")
+        parts = status_line.split()
+        if len(parts) < 2:
+            raise ValueError(f"no HTTP status line: {status_line[:60]!r}")
+        length, keep = 0, parts[0] == b"HTTP/1.1"
+        while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value)
+            elif name == b"connection" and value.strip().lower() == b"close":
+                keep = False
+        await reader.readexactly(length)
+        return parts[1].decode(), keep
+
+
+class _Stale(OSError):
+    """A kept connection the collector closed before answering."""
 
 
 def serve(
@@ -173,18 +216,24 @@ def serve(
     munge_socket: str,
     in_flight: int,
     timeout: float,
+    keep_alive: bool = True,
 ) -> None:
     """A client process: takes ("step", multiple, start_at, seconds, every_node) until ("stop",)."""
     # Past their first tick (their job's event, inventory and every GPU's first activity):
     # the steps measure the steady cadence.
     nodes = [SimNode(number=n, origin=origin, ticks=1, primed=True) for n in numbers]
-    client = Client(host, port, nodes, heartbeat, change, munge_socket, in_flight, timeout)
+    client = Client(
+        host, port, nodes, heartbeat, change, munge_socket, in_flight, timeout, keep_alive
+    )
+    # One loop for every step: the connections stay open. They are not closed one by one
+    # at the end (12,500 of them, slow): the process exits and the kernel closes them.
+    loop = asyncio.new_event_loop()
     while True:
         message: tuple[Any, ...] = conn.recv()
         if message[0] == "stop":
             return
         _, multiple, start_at, seconds, every_node = message
-        stats = asyncio.run(client.step(multiple, start_at, seconds, every_node))
+        stats = loop.run_until_complete(client.step(multiple, start_at, seconds, every_node))
         conn.send(stats)
 
 

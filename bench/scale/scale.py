@@ -494,6 +494,17 @@ def main() -> int:
     )
     parser.add_argument("--timeout", type=float, default=60.0, help="per request (the agent's)")
     parser.add_argument(
+        "--new-connections",
+        action="store_true",
+        help="one connection per batch (the agent before keep-alive); default: one per node",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the collector under cProfile, every thread (profiled.py): its top"
+        " functions are printed and the stats kept in the work folder (slows it down)",
+    )
+    parser.add_argument(
         "--pool-size",
         type=int,
         default=None,
@@ -554,10 +565,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     work.chmod(0o755)
     with ExitStack() as stack:
-        if not args.keep:
+        if not args.keep and not args.profile:
             stack.callback(lambda: subprocess.run(["rm", "-rf", str(work)], check=False))
         else:
             print(f"scale: work folder {work}")
+        if args.profile:  # written when the collector stops, after the last line
+            stack.callback(lambda: print(f"scale: collector profile in {work}/collector.prof.txt"))
         t0 = time.monotonic()
         munge_socket, munged_pid = (
             (args.munge_socket, 0)
@@ -603,8 +616,11 @@ def main() -> int:
             config, store_url, f"127.0.0.1:{port}", munge_socket, args.nodes, pool_size, queue_depth
         )
         log = stack.enter_context(open(work / "collector.log", "wb"))
+        profiled = [str(VENV / "bin" / "python"), str(Path(__file__).with_name("profiled.py"))]
+        profile = work / "collector.prof"
+        run_collector = [*profiled, str(profile)] if args.profile else slurm_gpu
         collector = subprocess.Popen(
-            [*slurm_gpu, "--config", str(config), "collector", "run"],
+            [*run_collector, "--config", str(config), "collector", "run"],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -638,6 +654,7 @@ def main() -> int:
                     munge_socket,
                     args.in_flight,
                     args.timeout,
+                    not args.new_connections,
                 ),
                 daemon=True,
             )

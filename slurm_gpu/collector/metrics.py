@@ -12,6 +12,9 @@
 - `slurm_gpu_collector_rows_written_total`: store rows the committed groups wrote (new
   events, intervals and physical intervals; activity rows and summaries upserted): a
   batch shipped again counts its activity and summaries only.
+- `slurm_gpu_collector_connections_total`: connections accepted (agents keep theirs open
+  between batches, so this grows with reconnects, not batches);
+  `slurm_gpu_collector_open_connections`: connections open now.
 """
 
 from __future__ import annotations
@@ -81,6 +84,21 @@ class CollectorMetrics:
             "Store rows written by the committed groups",
             registry=self.registry,
         )
+
+        self.connections = Counter(
+            "slurm_gpu_collector_connections",
+            "Client connections accepted",
+            registry=self.registry,
+        )
+        self.open_connections = Gauge(
+            "slurm_gpu_collector_open_connections",
+            "Client connections open now (idle or being served)",
+            registry=self.registry,
+        )
+
+    def track_connections(self, count: Callable[[], int]) -> None:
+        """Reads the open connections from `count` at each scrape."""
+        self.open_connections.set_function(lambda: float(count()))
 
     def track_queue(self, depth: Callable[[], int]) -> None:
         """Reads the queue depth from `depth` at each scrape."""

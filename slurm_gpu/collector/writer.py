@@ -61,6 +61,9 @@ class BatchWriter:
         group_max_batches: the most batches one transaction writes.
         queue_depth: batches that may wait for a writer; one more is refused.
         retry_after: seconds a refused agent is told to wait (Retry-After).
+        queue_wait: seconds a batch waits for room in a full queue before it is refused:
+            kept connections let a burst of agents in at once (collector/server.py), which
+            the writers drain in a group commit or two.
     """
 
     def __init__(
@@ -71,12 +74,14 @@ class BatchWriter:
         queue_depth: int = 64,
         retry_after: float = 5.0,
         group_max_batches: int = 32,
+        queue_wait: float = 1.0,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.pool_size = pool_size
         self.group_max_batches = group_max_batches
         self.retry_after = retry_after
+        self.queue_wait = queue_wait
         self._queue: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_depth)
         self._threads: list[threading.Thread] = []
         metrics.track_queue(self._queue.qsize)
@@ -106,12 +111,12 @@ class BatchWriter:
         """Queues `node`'s batch and returns once the store committed it.
 
         Raises:
-            Refusal: 503 queue_full (no room in the queue), 503 store_down (the store
-                refused or is unreachable).
+            Refusal: 503 queue_full (no room in the queue within queue_wait), 503
+                store_down (the store refused or is unreachable).
         """
         job = _Job(node, batch, Future())
         try:
-            self._queue.put_nowait(job)
+            self._queue.put(job, timeout=self.queue_wait)
         except queue.Full:
             raise Refusal(
                 503,

@@ -1,6 +1,10 @@
 """`slurm-gpu report monthly`: one month's usage, waste and enforcement as HTML + CSV.
 
-Figures come from the same place as every report (reports/usage.py `load_usage` through
+Where the store is at the usage rollups' revision (0010) and the selection is -u/-A/-r
+only, under [cost] unit gpu_hour, the tables are summed from the rollups
+(reports/monthly_rollups.py: the month's `job_usage` rows, the unfolded jobs from raw
+rows), with the same figures as from raw rows. Otherwise, as before 0010: figures come
+from the same place as every report (reports/usage.py `load_usage` through
 `ReportEnv.usage`, so the caller's scope applies), prorated to the month like
 `slurm-gpu report` (reports/summary.py `prorated`) and summed by reports/figures.py
 (GPU-hours, cost, utilization weighted by GPU-hours, measured idle and missing
@@ -26,12 +30,13 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports import efficiency as gpm
+from slurm_gpu.reports import monthly_rollups, rollups
 from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import has_slots, prorated, slot_groups
-from slurm_gpu.reports.usage import JobFilter, Usage, with_job_listing
-from slurm_gpu.store import queries
+from slurm_gpu.reports.usage import JobFilter, Usage, _overlay, with_job_listing
+from slurm_gpu.store import monthly_reads, queries
 from slurm_gpu.store.control import AuditEntry
 from slurm_gpu.units import is_known
 
@@ -88,7 +93,12 @@ def month_bounds(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:
 
 
 def build_monthly(
-    env: ReportEnv, month: str, *, waste_top: int = 20, filters: JobFilter | None = None
+    env: ReportEnv,
+    month: str,
+    *,
+    waste_top: int = 20,
+    filters: JobFilter | None = None,
+    from_rollups: bool | None = None,
 ) -> MonthlyReport:
     """The month's report for what `env.scope` may see.
 
@@ -97,10 +107,120 @@ def build_monthly(
         month: YYYY-MM (local time).
         waste_top: jobs listed under "top wasteful jobs".
         filters: sacct's selection options (default: every visible job).
+        from_rollups: read the usage rollups (reports/monthly_rollups.py) or raw rows;
+            None: the rollups wherever `monthly_rollups.usable`.
     """
+    selection = filters or JobFilter()
+    if from_rollups is None:
+        from_rollups = monthly_rollups.usable(env, selection)
     since, until = month_bounds(month, env.tz)
     now = env.now_seconds
-    usage = env.usage(since, until, filters or JobFilter(), figures_only=True)
+    if from_rollups:
+        tables = _tables_from_rollups(env, since, until, selection, waste_top)
+    else:
+        tables = _tables_from_raw(env, since, until, selection, waste_top)
+    days, day_starts = _days(since, until, env.tz)
+    gpus_per_node = queries.gpus_per_node(env.store)
+    shares = _day_shares(tables.spread, tables.full_seconds, day_starts, until, now)
+    nodes = _nodes(
+        tables.spread,
+        shares,
+        gpus_per_node,
+        lambda unlisted: queries.gpus_used_on(env.store, unlisted, since, until),
+        len(days),
+        env.config.reports.busy_node_factor,
+    )
+    end = min(until, max(now, since))
+    total = tables.total
+    visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
+    capacity_hours = visible_gpus * (end - since) / 3600.0
+    overview = {
+        **total,
+        "accounts": tables.accounts_seen,
+        "idle_cost": tables.idle_cost,
+        "gpus": visible_gpus,
+        "nodes": len(gpus_per_node) if env.scope.all else 0,
+        "capacity_gpu_hours": capacity_hours,
+        "occupancy_percent": 100.0 * total["gpu_hours"] / capacity_hours
+        if capacity_hours > 0
+        else None,
+    }
+    entries = [
+        e
+        for e in env.store.control.audit_entries(since=since, until=until, dry_run=False)
+        if e.action != "none" and env.scope.sees(e.user, e.account)
+    ]
+    actions = _actions(entries, tables.jobs_of([e.job_id for e in entries if e.job_id is not None]))
+    controller = _controller(actions)
+    overview["gpu_hours_returned"] = sum(a["gpu_hours_returned"] or 0.0 for a in actions)
+    overview["cancellations"] = sum(1 for a in actions if a["kind"] == "cancellation")
+    report = MonthlyReport(
+        month=month,
+        since=since,
+        until=until,
+        cluster=env.config.cluster.name,
+        scope=env.scope.describe(),
+        currency=env.config.cost.currency,
+        unit=env.config.cost.unit,
+        generated=now,
+        overview=overview,
+        days=days,
+        daily_gpu_hours=[float(v) / 3600.0 for v in shares.per_day()],
+        accounts=tables.accounts,
+        users=tables.users,
+        utilization=tables.utilization,
+        idle=tables.idle,
+        waste_jobs=tables.waste_jobs,
+        queue=tables.queue,
+        nodes=nodes,
+        controller=controller,
+        actions=actions,
+        notes=list(env.warnings),
+        efficiency=gpm.efficiency(tables.accounts),
+        efficiency_users=gpm.efficiency(tables.users, users=True),
+        efficiency_note=tables.efficiency_note,
+        charge=env.config.cost.charge,
+        slots=tables.slots,
+    )
+    if not env.scope.all:
+        report.notes.append(
+            f"Only the jobs you may see ({env.scope.describe()}); cluster capacity, "
+            "occupancy and node totals need an admin."
+        )
+    return report
+
+
+@dataclass
+class Tables:
+    """What the report's usage tables are made of, from raw rows or from the rollups.
+
+    spread: a row per usage row with its node, start and end time (the daily and node
+    tables spread `full_seconds`, its GPU-seconds before proration, over the days it
+    touches). jobs_of: the month's facts of these jobs (the controller's actions).
+    """
+
+    spread: pd.DataFrame
+    full_seconds: pd.Series
+    total: dict[str, Any]
+    accounts_seen: int
+    idle_cost: float
+    accounts: list[dict[str, Any]]
+    users: list[dict[str, Any]]
+    utilization: list[dict[str, Any]]
+    idle: list[dict[str, Any]]
+    waste_jobs: list[dict[str, Any]]
+    queue: list[dict[str, Any]]
+    efficiency_note: str | None
+    slots: list[dict[str, Any]]
+    jobs_of: Callable[[Sequence[int]], Usage]
+
+
+def _tables_from_raw(
+    env: ReportEnv, since: float, until: float, filters: JobFilter, waste_top: int
+) -> Tables:
+    """The tables from raw rows (`env.usage`: `load_usage`, with sacct), as before 0010."""
+    now = env.now_seconds
+    usage = env.usage(since, until, filters, figures_only=True)
     rows = prorated(usage, since, until, now)
     full_seconds = (
         rows["gpu_seconds"].astype(float) / rows["fraction"].where(rows["fraction"] > 0, 1.0)
@@ -123,77 +243,61 @@ def build_monthly(
                 0.0
             )
         )
-    days, day_starts = _days(since, until, env.tz)
-    gpus_per_node = queries.gpus_per_node(env.store)
-    shares = _day_shares(rows, full_seconds, day_starts, until, now)
-    nodes = _nodes(
-        rows,
-        shares,
-        gpus_per_node,
-        lambda unlisted: queries.gpus_used_on(env.store, unlisted, since, until),
-        len(days),
-        env.config.reports.busy_node_factor,
-    )
-    end = min(until, max(now, since))
     whole = Groups(rows)  # the month's totals
     total = whole.figures()[0][1]
-    visible_gpus = sum(gpus_per_node.values()) if env.scope.all else 0
-    capacity_hours = visible_gpus * (end - since) / 3600.0
-    overview = {
-        **total,
-        "accounts": int(rows["account"].nunique()) if len(rows) else 0,
-        "idle_cost": whole.sum("idle_cost", 0, len(rows)) if len(rows) else 0.0,
-        "gpus": visible_gpus,
-        "nodes": len(gpus_per_node) if env.scope.all else 0,
-        "capacity_gpu_hours": capacity_hours,
-        "occupancy_percent": 100.0 * total["gpu_hours"] / capacity_hours
-        if capacity_hours > 0
-        else None,
-    }
-    entries = [
-        e
-        for e in env.store.control.audit_entries(since=since, until=until, dry_run=False)
-        if e.action != "none" and env.scope.sees(e.user, e.account)
-    ]
-    actions = _actions(entries, usage)
-    controller = _controller(actions)
-    overview["gpu_hours_returned"] = sum(a["gpu_hours_returned"] or 0.0 for a in actions)
-    overview["cancellations"] = sum(1 for a in actions if a["kind"] == "cancellation")
-    accounts, users = _grouped(rows, "account"), _grouped(rows, "user")
-    report = MonthlyReport(
-        month=month,
-        since=since,
-        until=until,
-        cluster=env.config.cluster.name,
-        scope=env.scope.describe(),
-        currency=env.config.cost.currency,
-        unit=env.config.cost.unit,
-        generated=now,
-        overview=overview,
-        days=days,
-        daily_gpu_hours=[float(v) / 3600.0 for v in shares.per_day()],
+    accounts = _grouped(rows, "account")
+    return Tables(
+        spread=rows,
+        full_seconds=full_seconds,
+        total=total,
+        accounts_seen=int(rows["account"].nunique()) if len(rows) else 0,
+        idle_cost=whole.sum("idle_cost", 0, len(rows)) if len(rows) else 0.0,
         accounts=accounts,
-        users=users,
+        users=_grouped(rows, "user"),
         utilization=_utilization(rows),
         idle=_idle(rows),
         waste_jobs=_waste_jobs(rows, usage, waste_top, env),
         queue=_queue(usage, since, until),
-        nodes=nodes,
-        controller=controller,
-        actions=actions,
-        notes=list(env.warnings),
-        efficiency=gpm.efficiency(accounts),
-        efficiency_users=gpm.efficiency(users, users=True),
         efficiency_note=gpm.unmeasured_note(rows, total),
-        charge=env.config.cost.charge,
         slots=_slots(rows) if has_slots(rows) else [],
+        jobs_of=lambda ids: usage,
     )
-    if not env.scope.all:
-        report.notes.append(
-            f"Only the jobs you may see ({env.scope.describe()}); cluster capacity, "
-            "occupancy and node totals need an admin."
+
+
+def _tables_from_rollups(
+    env: ReportEnv, since: float, until: float, filters: JobFilter, waste_top: int
+) -> Tables:
+    """The tables from the usage rollups (reports/monthly_rollups.py), same figures."""
+    month = monthly_rollups.month_rows(env, since, until, filters, UTIL_BINS)
+    sums, members = month.sums, month.members
+    held = env.config.cost.charge == "effective"
+    total = _without_physical(rollups._figures(sums, members, held))
+    spread = sums[["node", "start_time", "end_time"]] if len(sums) else pd.DataFrame()
+    full = sums["full_seconds"] if len(sums) else pd.Series(dtype=float)
+    slots: list[dict[str, Any]] = []
+    if has_slots(sums):
+        slots = _summed_groups(
+            sums.assign(slot=slot_groups(sums)),
+            members.assign(slot=slot_groups(members) if len(members) else []),
+            "slot",
+            held,
         )
-    return report
+    return Tables(
+        spread=spread,
+        full_seconds=full,
+        total=total,
+        accounts_seen=int(sums["account"].nunique()) if len(sums) else 0,
+        idle_cost=float(sums["idle_cost"].sum()) if len(sums) else 0.0,
+        accounts=_summed_groups(sums, members, "account", held),
+        users=_summed_groups(sums, members, "user", held),
+        utilization=_binned_utilization(month.bins, sums),
+        idle=_idle(sums),
+        waste_jobs=_summed_waste_jobs(sums, members, waste_top, env, filters, held),
+        queue=_queue(Usage(month.jobs, pd.DataFrame(columns=["job_id"])), since, until),
+        efficiency_note=gpm.unmeasured_note(sums, total),
+        slots=slots,
+        jobs_of=lambda ids: monthly_rollups.job_facts(env, ids, filters, since, until),
+    )
 
 
 def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], list[float]]:
@@ -463,6 +567,110 @@ def _queue(usage: Usage, since: float, until: float) -> list[dict[str, Any]]:
                 "p95_seconds": float(part.quantile(0.95)) if len(part) else None,
                 "max_seconds": float(part.max()) if len(part) else None,
                 "_total": name == "ALL",
+            }
+        )
+    return out
+
+
+def _summed_groups(
+    sums: pd.DataFrame, members: pd.DataFrame, key: str, held: bool
+) -> list[dict[str, Any]]:
+    """`_grouped` from sums rows (reports/rollups.py `_grouped`), most GPU-hours first."""
+    if not len(sums):
+        return []
+    names = sums[key].astype(str)
+    idle_cost = sums["idle_cost"].groupby(names.to_numpy()).sum()
+    accounts: dict[str, set[str]] = {}
+    if key == "user":
+        for user, account in set(zip(names, sums["account"].astype(str), strict=True)):
+            accounts.setdefault(user, set()).add(account)
+    out = []
+    for value, figures in rollups._grouped(sums, members, key, held, "jobs"):
+        record = {"key": str(value), **(figures if key == "slot" else _without_physical(figures))}
+        if key == "user":
+            record["account"] = ",".join(sorted(accounts.get(str(value), set())))
+        record["idle_cost"] = float(idle_cost.get(str(value), 0.0))
+        out.append(record)
+    out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
+    return out
+
+
+def _without_physical(figures: dict[str, Any]) -> dict[str, Any]:
+    """reports/rollups.py figures as `Groups.figures` gives them: no physical GPU-hours.
+
+    The slots table shows those (`_slots`).
+    """
+    return {k: v for k, v in figures.items() if k != "physical_gpu_hours"}
+
+
+def _binned_utilization(bins: pd.DataFrame, sums: pd.DataFrame) -> list[dict[str, Any]]:
+    """`_utilization` from the GPU-seconds and rows per bin (reports/monthly_rollups.py)."""
+    total = float(sums["gpu_seconds"].astype(float).sum()) / 3600.0 if len(sums) else 0.0
+    seconds: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    if len(bins):
+        summed = bins.groupby("bin")[["gpu_seconds", "rows"]].sum()
+        names = [int(b) for b in summed.index.to_numpy()]
+        seconds = dict(zip(names, summed["gpu_seconds"].astype(float).tolist(), strict=True))
+        counts = dict(zip(names, summed["rows"].astype("int64").tolist(), strict=True))
+    out = []
+    for i, (low, high) in enumerate(itertools.pairwise(UTIL_BINS)):
+        part = seconds.get(i, 0.0) / 3600.0
+        out.append(
+            {"bin": f"{low:.0f}-{min(high, 100):.0f}%", "gpu_hours": part,
+             "gpus": counts.get(i, 0), "share_percent": _pct(part, total)}
+        )  # fmt: skip
+    if counts.get(monthly_reads.NO_READINGS, 0):
+        part = seconds[monthly_reads.NO_READINGS] / 3600.0
+        out.append(
+            {"bin": "no readings", "gpu_hours": part, "gpus": counts[monthly_reads.NO_READINGS],
+             "share_percent": _pct(part, total)}
+        )  # fmt: skip
+    return out
+
+
+def _summed_waste_jobs(
+    sums: pd.DataFrame,
+    members: pd.DataFrame,
+    top: int,
+    env: ReportEnv,
+    filters: JobFilter,
+    held: bool,
+) -> list[dict[str, Any]]:
+    """`_waste_jobs` from sums rows: the jobs' facts read for the listed ones only."""
+    if not len(sums):
+        return []
+    idle = sums.groupby(sums["job_id"].astype("int64"))["idle_seconds"].sum().sort_index()
+    idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
+    listed = monthly_rollups.jobs_usage(env, idle.index.tolist(), filters)
+    facts = with_job_listing(env.store, listed.jobs, env.now_seconds).set_index("job_id")
+    # The store's jobs hold only what the hooks and `slurm-gpu sync` wrote (no name before
+    # a sync): sacct's facts of the listed jobs win, as load_usage lays them over the raw
+    # path's rows (one `sacct -j` of these few jobs).
+    asked = JobFilter(job_ids=tuple(str(i) for i in idle.index))
+    answered = env.sacct(None, None, asked) if len(idle) else None  # none: every job
+    sacct = {j.job_id: j for j in answered or ()}
+    chosen = sums["job_id"].astype("int64").isin(idle.index).to_numpy()
+    chosen_members = members["job_id"].astype("int64").isin(idle.index).to_numpy()
+    per_job = dict(rollups._grouped(sums[chosen], members[chosen_members], "job_id", held, "jobs"))
+    out = []
+    for job_id in idle.index:
+        job = facts.loc[job_id].to_dict() | {"job_id": int(job_id)}
+        if int(job_id) in sacct:
+            job = _overlay(job, sacct[int(job_id)])
+        job_figures = per_job[str(job_id)]
+        out.append(
+            {
+                "job_id": str(job["job_id_text"]),
+                "name": str(job["name"]),
+                "user": str(job["user"]),
+                "account": str(job["account"]),
+                "partition": str(job["partition"]),
+                "state": str(job["state"]),
+                "gpus": int(job["alloc_gpus"] or 0),
+                **{k: job_figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
+                "idle_percent": job_figures["idle_percent"],
+                "cost": job_figures["cost"],
             }
         )
     return out

@@ -127,7 +127,13 @@ def build_report_from_rollups(
         sums = sums.assign(slot=_slot_labels(sums))
         members = members.assign(slot=_slot_labels(members))
     held_cost = cost is not None and cost.charge == "effective"
-    groups = [{"key": key, **f} for key, f in _grouped(sums, members, group, held_cost, weight)]
+    # One float matrix of the sums for the totals, the waste and groups counted by "jobs".
+    by_jobs = _matrix(sums, summed_columns("jobs"))
+    shared = by_jobs if weight == "jobs" else None
+    groups = [
+        {"key": key, **f}
+        for key, f in _grouped(sums, members, group, held_cost, weight, matrix=shared)
+    ]
     if group == "node":
         seen = {g["key"] for g in groups}
         empty = _figures(sums.iloc[0:0], members.iloc[0:0], held_cost)
@@ -143,23 +149,27 @@ def build_report_from_rollups(
                 if total_hours and g["gpu_hours"] / total_hours > busy_factor * mean_share
                 else ""
             )
-    total = {"key": TOTAL, **_figures(sums, members, held_cost)}
+    total = {"key": TOTAL, **_figures(sums, members, held_cost, matrix=by_jobs)}
     if group == "node":
         total["share_percent"] = 100.0 if groups else 0.0
         total["busy"] = ""
+    if group == "user":  # the users' figures are those just computed
+        wasted = [{**g} for g in groups if (g["idle_gpu_hours"] or 0.0) > 0]
+        waste = sorted(wasted, key=lambda g: (-g["idle_gpu_hours"], g["key"]))[:waste_top]
+    else:
+        waste = [
+            {"key": key, **f}
+            for key, f in _grouped(
+                sums, members, "user", held_cost, "jobs", top_idle=waste_top, matrix=by_jobs
+            )
+        ]
     groups = _sorted(groups, sort)
     if top is not None:
         groups = groups[:top]
-    waste = [
-        {"key": key, **f}
-        for key, f in _grouped(sums, members, "user", held_cost, "jobs")
-        if (f["idle_gpu_hours"] or 0.0) > 0
-    ]
-    waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
     notes = []
     if len(sums) and float(sums[list(WAIT_HISTOGRAMS[weight])].to_numpy(dtype=float).sum()) > 0:
         notes.append(BUCKET_NOTE)
-    return Report(group, groups, total, waste[:waste_top], notes)
+    return Report(group, groups, total, waste, notes)
 
 
 def period_usage(
@@ -207,18 +217,14 @@ def period_usage(
     members = _members(cells, since, until, (first, last) if whole else None)
     raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
     sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
-    counted = counted_figures(weights)
-    counts = {
-        name: pd.to_numeric(sums[name], errors="coerce").fillna(0.0).to_numpy(dtype=float)
-        if name in sums
-        else np.zeros(len(sums))
-        for name in counted
-    }
+    counted = list(counted_figures(weights))
+    present = [n for n in counted if n in sums]
+    counts = np.zeros((len(sums), len(counted)))
+    if present:  # the edges' and raw rows' counts are none (NaN): 0
+        where = [counted.index(n) for n in present]
+        counts[:, where] = np.nan_to_num(sums[present].to_numpy(dtype=float), nan=0.0)
     sums = pd.concat(
-        [
-            sums.drop(columns=[n for n in counted if n in sums]),
-            pd.DataFrame(counts, index=sums.index),
-        ],
+        [sums.drop(columns=present), pd.DataFrame(counts, index=sums.index, columns=counted)],
         axis=1,
     )
     if len(raw_members):
@@ -261,7 +267,7 @@ def rollup_sums(
     figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
     rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures)
-    return pd.DataFrame(rows, columns=names)
+    return _frame(rows, names, figures)
 
 
 def boundary_cells(
@@ -270,15 +276,36 @@ def boundary_cells(
     """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
 
     `first` None: every job of the period; else those with a part outside the whole days
-    [first, last): started before `first` or ending at or after `last` (the jobs that
-    run across the period's ends, and those of its cut days). Two queries, each answered
-    from the (end_time, start_time) index.
+    [first, last): started before `first` (where the period cuts its first day: else
+    `usage_daily` holds and counts them) or ending at or after `last` (the jobs that run
+    across the period's ends, and those of its cut days). One query or two, each
+    answered from the (end_time, start_time) index.
     """
     rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
-    cells = pd.DataFrame(rows, columns=queries.JOB_USAGE_COLUMNS)
+    cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
     return cells
+
+
+def _frame(
+    rows: Sequence[tuple[Any, ...]], columns: Sequence[str], numbers: Sequence[str]
+) -> pd.DataFrame:
+    """Database rows as a frame, the `numbers` columns as floats.
+
+    Built by column: pandas reading a list of tuples infers every value's type, which
+    cost more than the query.
+    """
+    if not rows:
+        return pd.DataFrame(columns=list(columns))
+    floats = set(numbers)
+    values = zip(*rows, strict=True)
+    return pd.DataFrame(
+        {
+            c: np.array(v, dtype=float) if c in floats else v
+            for c, v in zip(columns, values, strict=True)
+        }
+    )
 
 
 def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
@@ -316,10 +343,10 @@ def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFr
     if not closed:  # an instant job at a day's midnight belongs to that day only
         fraction = np.where(instant & (start >= b), 0.0, fraction)
     keep = fraction > 0
-    part = cells[keep].copy()
-    for name in USAGE_SUMS:
-        part[name] = part[name].to_numpy(dtype=float) * fraction[keep]
-    return part
+    sums = list(USAGE_SUMS)
+    scaled = cells[sums].to_numpy(dtype=float)[keep] * fraction[keep][:, None]
+    others = cells.loc[keep, [c for c in cells.columns if c not in USAGE_SUMS]]
+    return pd.concat([others.reset_index(drop=True), pd.DataFrame(scaled, columns=sums)], axis=1)
 
 
 def _members(
@@ -355,7 +382,9 @@ def _priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
         sums["cost"] = 0.0
         sums["idle_held_cost"] = 0.0 if cost is not None and cost.charge == "effective" else np.nan
         return sums
-    keys = list(zip(sums["gpu_model"], sums["mig_profile"], sums["share"], strict=True))
+    # As object arrays: iterating pandas' string columns boxes every value, slowly.
+    places = (sums[n].to_numpy(dtype=object) for n in ("gpu_model", "mig_profile", "share"))
+    keys = list(zip(*places, strict=True))
     per_gpu = cost.unit != "gpu_mem_hour"
     prices = {
         k: slot_price_for(str(k[0]), cost, float(k[2]), str(k[1]), per_gpu=per_gpu)
@@ -433,7 +462,9 @@ def _visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFr
         frame[name] = frame[name].astype(str)
     keep = np.ones(len(frame), dtype=bool)
     if not scope.all:
-        pairs = list(zip(frame["user"], frame["account"], strict=True))
+        pairs = list(
+            zip(*(frame[n].to_numpy(dtype=object) for n in ("user", "account")), strict=True)
+        )
         seen = {pair: scope.sees(*pair) for pair in set(pairs)}
         keep &= np.array([seen[p] for p in pairs], dtype=bool)
     for name, wanted in (
@@ -451,33 +482,87 @@ def _slot_labels(frame: pd.DataFrame) -> pd.Series:
 
 
 def _grouped(
-    sums: pd.DataFrame, members: pd.DataFrame, key: str, held_cost: bool, weight: str
+    sums: pd.DataFrame,
+    members: pd.DataFrame,
+    key: str,
+    held_cost: bool,
+    weight: str,
+    *,
+    top_idle: int | None = None,
+    matrix: np.ndarray | None = None,
 ) -> list[tuple[Any, dict[str, Any]]]:
     """`(value, figures)` per distinct value of `key`, in sorted order (numpy, no groupby).
 
-    `weight`: the count weight of this grouping (WEIGHT_OF).
+    `weight`: the count weight of this grouping (WEIGHT_OF). `top_idle`: only that many
+    groups with idle GPU-hours, most idle first (the top waste): the figures of the other
+    groups are not computed. `matrix`: `_matrix` of sums' `summed_columns(weight)`,
+    where the caller has it.
     """
     if not len(sums) and not len(members):
         return []
     names = [*FIGURE_SUMS, weight, f"{weight}_waited", f"{weight}_wait_seconds"]
+    column = {n: i for i, n in enumerate(names)}
     histogram = list(WAIT_HISTOGRAMS[weight])
     exact = _exact(members.assign(_key=members[key].astype(str)))
     values = sums[key].astype(str).to_numpy(dtype=object)
     keys = sorted(set(values) | set(exact))
     index = {k: i for i, k in enumerate(keys)}
     codes = np.array([index[v] for v in values], dtype=np.intp)
-    summed = np.zeros((len(keys), len(names) + len(histogram)))
-    np.add.at(summed, codes, _matrix(sums, [*names, *histogram]))
+    if matrix is None:
+        matrix = _matrix(sums, [*names, *histogram])
+    summed = _sum_by(codes, matrix, len(keys))
     user_codes, users_seen = pd.factorize(sums["user"].to_numpy(dtype=object))
     pairs = np.unique(codes * max(len(users_seen), 1) + user_codes)
     users = np.bincount(pairs // max(len(users_seen), 1), minlength=len(keys))
-    folded = np.rint(summed[:, len(names) :])
-    out = []
-    for i, k in enumerate(keys):
-        row = dict(zip(names, summed[i, : len(names)].tolist(), strict=True))
-        counted = _count_of(row, weight, folded[i], exact.get(k), int(users[i]))
-        out.append((k, _from_totals(row, counted, held_cost)))
+    chosen = np.arange(len(keys))
+    if top_idle is not None:
+        idle = _idle_hours(summed, column)
+        wasted = [int(i) for i in np.flatnonzero(idle > 0)]  # unknown (NaN): never
+        wasted.sort(key=lambda i: (-idle[i], keys[i]))
+        chosen = np.array(wasted[:top_idle], dtype=np.intp)
+    summed = summed[chosen]
+    counted = _counts(
+        summed[:, [column[weight], column[f"{weight}_waited"], column[f"{weight}_wait_seconds"]]],
+        np.rint(summed[:, len(names) :]),
+        [exact.get(keys[i]) for i in chosen],
+        users[chosen],
+    )
+    totals = summed[:, : len(names)].tolist()
+    return [
+        (keys[i], _from_totals(dict(zip(names, row, strict=True)), c, held_cost))
+        for i, row, c in zip(chosen.tolist(), totals, counted, strict=True)
+    ]
+
+
+def _sum_by(codes: np.ndarray, matrix: np.ndarray, n: int) -> np.ndarray:
+    """The rows of `matrix` summed per code (0..n-1), in row order within a code."""
+    out = np.zeros((n, matrix.shape[1]))
+    if not len(codes):
+        return out
+    order = np.argsort(codes, kind="stable")
+    ordered = codes[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    out[ordered[starts]] = np.add.reduceat(matrix[order], starts, axis=0)
     return out
+
+
+def _idle_hours(summed: np.ndarray, column: dict[str, int]) -> np.ndarray:
+    """`_from_totals`' idle GPU-hours of each row of sums (NaN where unknown)."""
+    gpu = summed[:, column["gpu_seconds"]]
+    measured = gpu - summed[:, column["missing_seconds"]]
+    idle = np.maximum(measured - summed[:, column["active_seconds"]], 0.0) / 3600.0
+    return np.where((gpu > 0) & (measured <= 0), np.nan, idle)
+
+
+def summed_columns(weight: str) -> list[str]:
+    """The columns a group's figures are summed from, its jobs counted by `weight`."""
+    return [
+        *FIGURE_SUMS,
+        weight,
+        f"{weight}_waited",
+        f"{weight}_wait_seconds",
+        *WAIT_HISTOGRAMS[weight],
+    ]
 
 
 def _matrix(frame: pd.DataFrame, names: Sequence[str]) -> np.ndarray:
@@ -507,6 +592,46 @@ def _exact(members: pd.DataFrame) -> dict[str, tuple[int, np.ndarray]]:
     }
 
 
+def _counts(
+    folded_sums: np.ndarray,
+    folded: np.ndarray,
+    exact: Sequence[tuple[int, np.ndarray] | None],
+    users: np.ndarray,
+) -> list[tuple[int, int, float | None, float | None]]:
+    """(jobs, users, queue wait mean, p95) per group: its folded counts plus `exact`.
+
+    `folded_sums`: per group the folded jobs' weight, waited weight and wait seconds;
+    `folded`: their waits, known by their histogram only (WAIT_HISTOGRAMS, rounded counts):
+    where a group holds any, its 95th percentile is read from the buckets (within one
+    bucket of numpy's); else it is numpy's of the exact waits.
+    """
+    waits = [e[1] if e is not None else np.zeros(0) for e in exact]
+    n_exact = np.array([e[0] if e is not None else 0 for e in exact], dtype=np.int64)
+    jobs = np.rint(folded_sums[:, 0]).astype(np.int64) + n_exact
+    waited = folded_sums[:, 1] + np.array([len(w) for w in waits], dtype=float)
+    known = waited > 0.5
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = (folded_sums[:, 2] + np.array([float(w.sum()) for w in waits])) / waited
+    by_buckets = known & (folded.sum(axis=1) > 0)
+    counts = folded[by_buckets]
+    buckets: list[int] = np.flatnonzero(by_buckets).tolist()
+    for row, i in enumerate(buckets):
+        if len(waits[i]):
+            counts[row] += np.bincount(wait_buckets(waits[i]), minlength=WAIT_BUCKETS)
+    p95: list[float | None] = [None] * len(exact)
+    for i, value in zip(buckets, histogram_percentiles(counts, 95.0).tolist(), strict=True):
+        p95[i] = value
+    exactly: list[int] = np.flatnonzero(known & ~by_buckets).tolist()
+    for i in exactly:
+        p95[i] = float(np.percentile(waits[i], 95.0))
+    return [
+        (int(j), int(u), float(m) if k else None, p)
+        for j, u, m, k, p in zip(
+            jobs.tolist(), users.tolist(), mean.tolist(), known.tolist(), p95, strict=True
+        )
+    ]
+
+
 def _count_of(
     row: dict[str, Any],
     weight: str,
@@ -514,24 +639,9 @@ def _count_of(
     exact: tuple[int, np.ndarray] | None,
     users: int,
 ) -> tuple[int, int, float | None, float | None]:
-    """(jobs, users, queue wait mean, p95) of a group: its folded counts plus `exact`.
-
-    `folded`: the folded jobs' waits, known by their histogram only (WAIT_HISTOGRAMS,
-    rounded counts): where it holds any, the 95th percentile is read from the buckets
-    (within one bucket of numpy's); else it is numpy's of the exact waits.
-    """
-    n_exact, waits = exact if exact is not None else (0, np.zeros(0))
-    jobs = round(float(row[weight])) + n_exact
-    waited = float(row[f"{weight}_waited"]) + len(waits)
-    if waited <= 0.5:
-        return jobs, users, None, None
-    mean = (float(row[f"{weight}_wait_seconds"]) + float(waits.sum())) / waited
-    if folded.sum() <= 0:
-        return jobs, users, mean, float(np.percentile(waits, 95.0))
-    counts = folded
-    if len(waits):
-        counts = folded + np.bincount(wait_buckets(waits), minlength=WAIT_BUCKETS)
-    return jobs, users, mean, histogram_percentile(counts, 95.0)
+    """`_counts` of one group, its sums in `row`."""
+    sums = np.array([[row[weight], row[f"{weight}_waited"], row[f"{weight}_wait_seconds"]]])
+    return _counts(sums.astype(float), folded.reshape(1, -1), [exact], np.array([users]))[0]
 
 
 def wait_buckets(waits: np.ndarray) -> np.ndarray:
@@ -547,28 +657,47 @@ def histogram_percentile(counts: np.ndarray, q: float) -> float:
     The value of each rank is placed evenly inside its bucket (the last bucket, with no
     upper bound: its lower bound), then interpolated between ranks as numpy does.
     """
-    total = int(counts.sum())
-    cumulative = np.cumsum(counts)
+    return float(histogram_percentiles(np.asarray(counts, dtype=float).reshape(1, -1), q)[0])
 
-    def value(rank: int) -> float:
-        bucket = int(np.searchsorted(cumulative, rank, side="right"))
-        low, high = usage_rollup.bucket_bounds(bucket)
-        if math.isinf(high):
-            return low
-        before = float(cumulative[bucket] - counts[bucket])
-        return low + (rank - before + 0.5) / float(counts[bucket]) * (high - low)
+
+def histogram_percentiles(counts: np.ndarray, q: float) -> np.ndarray:
+    """`histogram_percentile` of each row of bucket counts (each row holding some)."""
+    if not len(counts):
+        return np.zeros(0)
+    total = counts.sum(axis=1)
+    cumulative = np.cumsum(counts, axis=1)
+    rows = np.arange(len(counts))
+    last = WAIT_BUCKETS - 1
+
+    def value(rank: np.ndarray) -> np.ndarray:
+        bucket = (cumulative <= rank[:, None]).sum(axis=1)
+        low = np.where(bucket == 0, 0.0, 2.0 ** (bucket - 1.0))
+        high = np.where(bucket == 0, 1.0, 2.0 ** bucket.astype(float))
+        here = counts[rows, bucket]
+        before = cumulative[rows, bucket] - here
+        inside = low + (rank - before + 0.5) / here * (high - low)
+        return np.where(bucket == last, low, inside)
 
     h = (total - 1) * q / 100.0
-    lo = math.floor(h)
-    a, b = value(lo), value(min(lo + 1, total - 1))
-    return float(a + (h - lo) * (b - a))
+    lo = np.floor(h)
+    a, b = value(lo), value(np.minimum(lo + 1, total - 1))
+    result: np.ndarray = a + (h - lo) * (b - a)
+    return result
 
 
-def _figures(sums: pd.DataFrame, members: pd.DataFrame, held_cost: bool) -> dict[str, Any]:
-    """The figures of every row together (the totals row)."""
+def _figures(
+    sums: pd.DataFrame,
+    members: pd.DataFrame,
+    held_cost: bool,
+    *,
+    matrix: np.ndarray | None = None,
+) -> dict[str, Any]:
+    """The figures of every row together (the totals row); `matrix` as `_grouped` takes it."""
     names = [*FIGURE_SUMS, "jobs", "jobs_waited", "jobs_wait_seconds"]
     histogram = list(WAIT_HISTOGRAMS["jobs"])
-    summed = _matrix(sums, [*names, *histogram]).sum(axis=0)
+    if matrix is None:
+        matrix = _matrix(sums, [*names, *histogram])
+    summed = matrix.sum(axis=0)
     totals = dict(zip(names, summed[: len(names)].tolist(), strict=True))
     exact = _exact(members.assign(_key="")) if len(members) else {}
     users = int(sums["user"].nunique()) if len(sums) else 0

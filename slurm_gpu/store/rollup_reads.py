@@ -67,7 +67,8 @@ def summed_usage(
             dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
             where = (t.cluster == store.cluster, when >= low, when < high)
             if table is usage_monthly and usage_rollup.next_month(low) == high:
-                # One month: its rows are one per owner and place already.
+                # One month: its rows are one per owner and place already (and summing
+                # them over partitions in SQL would cost more than it saves: SQLite sorts).
                 query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
             else:
                 query = (
@@ -75,7 +76,7 @@ def summed_usage(
                     .where(*where)
                     .group_by(*dims)
                 )
-            rows += [tuple(r) for r in conn.execute(query)]
+            rows += [tuple(r) for r in conn.execute(query).all()]
     return rows
 
 
@@ -87,8 +88,9 @@ def boundary_rows(
     Returns the rows (JOB_USAGE_COLUMNS) and how many queries found them (2: a job across
     both ends is there twice).
 
-    `first` None: every job of the period; else those started before `first` or ending
-    at or after `last`. Each query is a range of the (cluster, end_time, start_time) index.
+    `first` None: every job of the period; else those started before `first` (only
+    where `first` > `since`) or ending at or after `last`. Each query is a range of the
+    (cluster, end_time, start_time) index.
     """
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
@@ -99,11 +101,16 @@ def boundary_rows(
     else:
         # A test of start_time >= first here would lead PostgreSQL to the start_time index
         # and the period's every job.
-        parts = [base.where(u.start_time < first), base.where(u.end_time >= last)]
+        parts = [base.where(u.end_time >= last)]
+        if first > since:
+            # Only a period that cuts its first day needs the jobs started before it: the
+            # others' usage in the whole days is in `usage_daily`, and a job ended in them
+            # is counted there. (This range holds every job ended after `since`.)
+            parts.insert(0, base.where(u.start_time < first))
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading job usage rollups") as conn:
         for query in parts:
-            rows += [tuple(r) for r in conn.execute(query)]
+            rows += [tuple(r) for r in conn.execute(query).all()]
     return rows, len(parts)
 
 

@@ -475,28 +475,35 @@ def test_retry_after_is_capped_by_the_longest_backoff(tmp_path: Path) -> None:
 def test_sink_sends_the_outbox_rows_as_read() -> None:
     """The body holds the spool's rows byte for byte, signed over its own digest."""
     munge = FakeMunge()
-    sent: list[tuple[bytes, str]] = []
+    sent: list[tuple[str, int | None, str, bytes, str]] = []
 
     class Answer:
         status = 200
+        will_close = False
 
         def read(self) -> bytes:
             return b'{"rows": 1}'
 
-        def __enter__(self) -> Answer:
-            return self
+    class Connection:
+        def __init__(self, host: str, port: int | None, timeout: float) -> None:
+            self.host, self.port = host, port
 
-        def __exit__(self, *exc: object) -> None:
-            pass
+        def request(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> None:
+            sent.append((self.host, self.port, path, body, headers["X-Slurm-GPU-Credential"]))
 
-    def opener(request: object, timeout: float) -> Answer:
-        sent.append((request.data, request.get_header("X-slurm-gpu-credential")))  # type: ignore[attr-defined]
-        return Answer()
+        def getresponse(self) -> Answer:
+            return Answer()
 
     payload = encode(fields_of(interval("gpu1", 0.0)))
-    sink = CollectorSink("http://head:6830/", munge.encode, clock=lambda: NOW, opener=opener)
+    sink = CollectorSink(
+        "http://head:6830/",
+        munge.encode,
+        clock=lambda: NOW,
+        connect=Connection,  # type: ignore[arg-type]
+    )
     sink.ship_batch("gpu1", [OutboxRow(42, "interval", "k", payload)])
-    ((body, credential),) = sent
+    ((host, port, path, body, credential),) = sent
+    assert ("head", 6830, "/v1/batch") == (host, port, path)
     batch = decode_batch(body)
     assert ("gpu1", f"gpu1:{NOW!r}:42", (WireRow("interval", "k", payload),)) == (
         batch.node, batch.batch, batch.rows,
@@ -649,3 +656,62 @@ def test_bad_batch_in_a_group_leaves_nothing_of_it_in_a_real_store(
     assert ({0.0: "ok", 60.0: "503 store_down", 120.0: "ok"}, [0.0, 120.0]) == (answers, stored)
     (logged,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert "NOT NULL constraint failed: gpu_intervals.util_sample_count" in logged
+
+
+class _GatedSink:
+    """A store whose writes wait until the test opens the gate; records the nodes written."""
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.nodes: list[str] = []
+
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        self.gate.wait(10)
+        self.nodes += [node for node, _ in batches]
+        return len(batches)
+
+    def ping(self) -> None:
+        pass
+
+
+def test_a_batch_finding_the_queue_full_waits_queue_wait_for_room() -> None:
+    """A full queue refuses a batch only after queue_wait.
+
+    The writer busy, the one queue slot taken: a third batch gets in once room frees
+    within queue_wait (a burst over kept connections); refused 503 only past it.
+    """
+    sink = _GatedSink()
+    writer = BatchWriter(sink, CollectorMetrics(), pool_size=1, queue_depth=1, queue_wait=5.0)
+    writer.start()
+    batch = DecodedBatch()
+    threads = [threading.Thread(target=writer.write, args=(f"gpu{n}", batch)) for n in (1, 2)]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.2)  # gpu1 with the writer, gpu2 in the queue
+    waited: list[BaseException] = []
+
+    def third() -> None:
+        try:
+            writer.write("gpu3", batch)
+        except Exception as exc:
+            waited.append(exc)
+
+    late = threading.Thread(target=third)
+    late.start()
+    time.sleep(0.3)
+    sink.gate.set()
+    for thread in [*threads, late]:
+        thread.join(10)
+    writer.stop()
+    assert [] == waited
+    assert ["gpu1", "gpu2", "gpu3"] == sorted(sink.nodes)
+    quick = BatchWriter(
+        _GatedSink(), CollectorMetrics(), pool_size=1, queue_depth=1, queue_wait=0.1
+    )
+    quick.start()
+    for n in (1, 2):
+        threading.Thread(target=quick.write, args=(f"gpu{n}", batch), daemon=True).start()
+        time.sleep(0.2)
+    with pytest.raises(Refusal) as refused:
+        quick.write("gpu3", batch)
+    assert ("queue_full", 503) == (refused.value.reason, refused.value.status)

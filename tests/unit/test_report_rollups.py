@@ -392,6 +392,25 @@ def test_user_account_partition_filters_from_rollups_equal_raw_rows(store: Store
         )
 
 
+def test_a_scoped_report_from_rollups_equals_raw_rows(store: Store) -> None:
+    """A user who coordinates an account sees the same rows from the rollups as raw."""
+    scope = Scope(Caller(1001, "u1"), False, frozenset({"acct2"}), reason="coordinator")
+    since, until = WINDOWS["cut days"]
+    for group in ("user", "account"):
+        usage = load_usage(
+            store, since=since, until=until, now=NOW, sacct_jobs=None, scope=scope,
+            cost=COSTS[0], lag=LAG,
+        )  # fmt: skip
+        expected = build_report(usage, group, since=since, until=until, now=NOW, cluster="c1")
+        actual = build_report_from_rollups(
+            store, group, since=since, until=until, now=NOW, scope=scope, cost=COSTS[0],
+            lag=LAG, cluster="c1",
+        )  # fmt: skip
+        assert_same_report(expected, actual)
+    everyone = new_report(store, "account", since, until, COSTS[0])
+    assert 0 < actual.total["gpu_hours"] < everyone.total["gpu_hours"]  # not vacuous
+
+
 def _tables(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     with store.reading("test") as conn:
         return {
@@ -502,6 +521,50 @@ def test_a_job_across_both_ends_of_a_period_is_read_once(store: Store) -> None:
     across = cells[(cells["start_time"] < first) & (cells["end_time"] >= last)]
     assert len(across) > 0
     assert not cells.duplicated(["job_id", "restart", "node", "slot_kind", "share"]).any()
+
+
+def test_a_period_from_a_midnight_reads_only_the_jobs_across_its_end(store: Store) -> None:
+    """The jobs across the start of a period of whole days are in `usage_daily`: not read.
+
+    A job of 20 hours started 5 hours before the month is counted once, with its wait;
+    the report by user (jobs, waits, waste) is that of raw rows.
+    """
+    since, until = WINDOWS["month"]
+    start, rng = since - 5 * H, random.Random(3)
+    store.upsert_jobs(
+        [
+            {
+                "job_id": 950,
+                "user": "u1",
+                "account": "acct0",
+                "partition": "gpu",
+                "job_name": "across",
+                "state": "COMPLETED",
+                "submit_time": start - 2 * H,
+                "start_time": start,
+                "end_time": start + 20 * H,
+                "nodes": "gpu1",
+                "gpus": 1,
+            }
+        ]
+    )
+    store.add_summaries([_summary(950, 0, "gpu1", "GPU-gpu1-0", A100, start, 20 * H, rng)])
+    with store.reading("test") as conn:
+        across = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(job_usage)
+            .where(job_usage.c.start_time < since, job_usage.c.end_time > since)
+            .where(job_usage.c.end_time < until)
+        ).scalar_one()
+    assert across > 0
+    cells = boundary_cells(store, since, until, since, until)
+    assert len(cells) > 0
+    assert (cells["end_time"] >= until).all()
+    for cost in COSTS:
+        assert_same_report(
+            old_report(store, "user", since, until, cost),
+            new_report(store, "user", since, until, cost),
+        )
 
 
 def test_report_command_says_where_queue_wait_p95_comes_from(store: Store, tmp_path: Path) -> None:
