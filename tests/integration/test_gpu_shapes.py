@@ -415,13 +415,17 @@ def test_shard_jobs_are_measured_by_their_own_processes(workload: dict[str, Any]
     """The busy shard job's utilization is its processes' 60% and the idle one's 0, within 3.
 
     Both share one GPU, whose own utilization is their sum: each job gets its own part.
+    The busy job's first readings can come before the agent has bound its new process
+    to it (an unbound process is nobody's: the job reads 0 then). A fresh-clone CI run
+    under load saw 3 of 31 readings so (54.2% for 60%): up to 3 ticks are allowed below.
     """
     for name, truth in SHARD_JOBS.items():
         row = only(workload["summaries"][name])
         elapsed = float(workload["sacct"][name]["ElapsedRaw"])
         assert abs(row.gpu_seconds - elapsed) <= INTERVAL, name
         assert row.util_mean_percent is not None, name
-        assert abs(row.util_mean_percent - truth) <= 3.0, name
+        unbound = truth * min(3 * INTERVAL / elapsed, 1.0)
+        assert truth - unbound - 3.0 <= row.util_mean_percent <= truth + 3.0, name
 
 
 def test_idle_shard_job_is_warned_and_the_busy_one_not(workload: dict[str, Any]) -> None:
