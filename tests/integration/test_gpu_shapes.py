@@ -415,9 +415,9 @@ def test_shard_jobs_are_measured_by_their_own_processes(workload: dict[str, Any]
     """The busy shard job's utilization is its processes' 60% and the idle one's 0, within 3.
 
     Both share one GPU, whose own utilization is their sum: each job gets its own part.
-    The busy job's first readings can come before the agent has bound its new process
-    to it (an unbound process is nobody's: the job reads 0 then). A fresh-clone CI run
-    under load saw 3 of 31 readings so (54.2% for 60%): up to 3 ticks are allowed below.
+    Under load some of the busy job's readings can be 0: a fresh-clone CI run saw 3 of 31
+    (54.2% for 60%; the cause is not pinned down: most likely readings before the agent
+    bound the job's new process to it). Up to 3 ticks of it are allowed below.
     """
     for name, truth in SHARD_JOBS.items():
         row = only(workload["summaries"][name])
