@@ -531,21 +531,24 @@ def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> l
     for job_id in idle.index:
         job = facts.loc[job_id]
         job_figures = per_job[job_id]
-        out.append(
-            {
-                "job_id": str(job["job_id_text"]),
-                "name": str(job["name"]),
-                "user": str(job["user"]),
-                "account": str(job["account"]),
-                "partition": str(job["partition"]),
-                "state": str(job["state"]),
-                "gpus": int(job["alloc_gpus"] or 0),
-                **{k: job_figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
-                "idle_percent": job_figures["idle_percent"],
-                "cost": job_figures["cost"],
-            }
-        )
+        out.append(_waste_record(job, job_figures))
     return out
+
+
+def _waste_record(job: Mapping[str, Any], figures: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of the top waste jobs: the job's facts and its figures in the month."""
+    return {
+        "job_id": str(job["job_id_text"]),
+        "name": str(job["name"]),
+        "user": str(job["user"]),
+        "account": str(job["account"]),
+        "partition": str(job["partition"]),
+        "state": str(job["state"]),
+        "gpus": int(job["alloc_gpus"] or 0),
+        **{k: figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
+        "idle_percent": figures["idle_percent"],
+        "cost": figures["cost"],
+    }
 
 
 def _queue(usage: Usage, since: float, until: float) -> list[dict[str, Any]]:
@@ -659,20 +662,7 @@ def _summed_waste_jobs(
         if int(job_id) in sacct:
             job = _overlay(job, sacct[int(job_id)])
         job_figures = per_job[str(job_id)]
-        out.append(
-            {
-                "job_id": str(job["job_id_text"]),
-                "name": str(job["name"]),
-                "user": str(job["user"]),
-                "account": str(job["account"]),
-                "partition": str(job["partition"]),
-                "state": str(job["state"]),
-                "gpus": int(job["alloc_gpus"] or 0),
-                **{k: job_figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
-                "idle_percent": job_figures["idle_percent"],
-                "cost": job_figures["cost"],
-            }
-        )
+        out.append(_waste_record(job, job_figures))
     return out
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +38,6 @@ from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import _fractions, prorated
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
 from slurm_gpu.store import monthly_reads, queries, rollup_reads, usage_rollup
-from slurm_gpu.store.schema import USAGE_PLACE
 
 ROLLUPS_REVISION = "0010"
 JOB_FACTS = ("job_id", "partition", "start_time", "submit_time")
@@ -184,17 +182,7 @@ def _unfolded(
     if not len(rows):
         empty = pd.DataFrame(columns=["job_id", "bin", "gpu_seconds", "rows"])
         return rows.iloc[0:0], pd.DataFrame(columns=rollups.MEMBER_COLUMNS), empty, jobs
-    out = []
-    for r in rows.to_dict("records"):
-        sums: dict[str, Any] = usage_rollup.row_sums(r, 0.0)  # prorated already
-        sums["cost"] = float(r.get("cost") or 0.0)
-        sums["idle_held_cost"] = float(r["idle_held_cost"]) if "idle_held_cost" in r else np.nan
-        for name in (*usage_rollup.OWNER, *USAGE_PLACE):
-            value = r.get(name)
-            sums[name] = value if name != "share" else (1.0 if value is None else float(value))
-        sums["slot_kind"] = str(r.get("slot_kind") or "gpu")
-        sums["mig_profile"] = str(r.get("mig_profile") or "")
-        out.append(sums)
+    out = [rollups.sums_row(r) for r in rows.to_dict("records")]
     fraction = rows["fraction"].to_numpy(dtype=float)
     raw = pd.DataFrame(out).assign(
         job_id=rows["job_id"].to_numpy(dtype="int64"),

@@ -28,7 +28,7 @@ equals the old computation up to the order floats are added in.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -437,19 +437,7 @@ def _raw_part(
     rows = rows[rows["fraction"] > 0] if len(rows) else rows
     if not len(rows):
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
-    records = rows.to_dict("records")
-    out = []
-    for r in records:
-        sums: dict[str, Any] = usage_rollup.row_sums(r, 0.0)  # prorated already
-        sums["cost"] = float(r.get("cost") or 0.0)
-        sums["idle_held_cost"] = float(r["idle_held_cost"]) if "idle_held_cost" in r else np.nan
-        for name in (*usage_rollup.OWNER, *USAGE_PLACE):
-            value = r.get(name)
-            sums[name] = value if name != "share" else (1.0 if value is None else float(value))
-        sums["slot_kind"] = str(r.get("slot_kind") or "gpu")
-        sums["mig_profile"] = str(r.get("mig_profile") or "")
-        out.append(sums)
-    raw = pd.DataFrame(out)
+    raw = pd.DataFrame([sums_row(r) for r in rows.to_dict("records")])
     members = raw.assign(job_id=rows["job_id"].to_numpy(), queue_wait=rows["queue_wait"].to_numpy())
     return raw, members[list(MEMBER_COLUMNS)]
 
@@ -793,3 +781,16 @@ def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> U
     ended = pd.to_numeric(usage.jobs["end_time"], errors="coerce") < before
     jobs = usage.jobs[ended]
     return Usage(jobs, usage.gpus[usage.gpus["job_id"].isin(jobs["job_id"])])
+
+
+def sums_row(r: Mapping[Any, Any]) -> dict[str, Any]:
+    """A prorated raw GPU row (reports/summary.py `prorated`) as a rollup sums row."""
+    sums: dict[str, Any] = usage_rollup.row_sums(r, 0.0)  # prorated already
+    sums["cost"] = float(r.get("cost") or 0.0)
+    sums["idle_held_cost"] = float(r["idle_held_cost"]) if "idle_held_cost" in r else np.nan
+    for name in (*usage_rollup.OWNER, *USAGE_PLACE):
+        value = r.get(name)
+        sums[name] = value if name != "share" else (1.0 if value is None else float(value))
+    sums["slot_kind"] = str(r.get("slot_kind") or "gpu")
+    sums["mig_profile"] = str(r.get("mig_profile") or "")
+    return sums
