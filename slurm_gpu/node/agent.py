@@ -158,6 +158,8 @@ class NodeAgent:
             does not claim the gap: it is recorded as missing, not as idle.
         clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job); default
             `job_of_pid` with the SLUIDs of the jobs bound here.
+        pid_owner: maps a pid to its owner's user name for the unallocated-use log;
+            default `process_owner` (/proc).
         stat: os.stat, for resolving device minors.
         mig_minors: the driver's mig-minors ([node] mig_minors), which numbers gres.conf's
             MIG lines; None: no MIG slot is numbered.
@@ -183,6 +185,7 @@ class NodeAgent:
         sm_active_threshold: float = 5.0,
         clock: Callable[[], float] = time.time,
         pid_job: Callable[[int], int | None] | None = None,
+        pid_owner: Callable[[int], str] = process_owner,
         stat: Callable[[str], os.stat_result] = os.stat,
         mig_minors: MigMinors | None = None,
         job_shares: Callable[[int], tuple[str, int] | None] | None = None,
@@ -202,6 +205,7 @@ class NodeAgent:
         self._ledger = ActivityLedger(node, active_threshold, sm_active_threshold, activity_refresh)
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
         self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
+        self.pid_owner = pid_owner
         self.devices: list[GpuDevice] = source.devices()
         # GPUs and MIG devices NVML lists (a MIG UUID is a slot id CUDA_VISIBLE_DEVICES names)
         self._nvml_uuids = {d.uuid for d in self.devices}
@@ -1073,7 +1077,7 @@ class NodeAgent:
                     "unallocated GPU use: pid %d (user %s, %s) on GPU %s (%s) belongs to no"
                     " job holding it",
                     pid,
-                    process_owner(pid),
+                    self.pid_owner(pid),
                     f"Slurm job {job}" if job is not None else "no Slurm job",
                     self.uuid_index.get(uuid, "?"),
                     uuid,

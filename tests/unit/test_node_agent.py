@@ -90,6 +90,8 @@ def make_agent(
         period=60,
         clock=clock,
         pid_job=lambda pid: pid // 1000,
+        # the fake pids may be real processes on this machine: never read their /proc
+        pid_owner=lambda pid: f"user{pid // 1000}",
         stat=stat_by_minor,
     )
     return agent, clock, gpus, node_dir
@@ -219,7 +221,7 @@ def test_process_of_another_job_is_unallocated_use(
     assert {"B": (9001,)} == result.unallocated
     logged = [r.getMessage() for r in caplog.records if "unallocated" in r.getMessage()]
     assert [
-        "unallocated GPU use: pid 9001 (user ?, Slurm job 9) on GPU 0 (B) belongs to no job"
+        "unallocated GPU use: pid 9001 (user user9, Slurm job 9) on GPU 0 (B) belongs to no job"
         " holding it"
     ] == logged
 
