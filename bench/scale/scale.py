@@ -98,6 +98,29 @@ def as_user(user: str) -> dict[str, Any]:
     return {"user": user, "group": user, "extra_groups": []}
 
 
+def munge_ceiling(socket: str, seconds: int = 5) -> float:
+    """Credentials/s this machine's munged encodes and decodes, with every core on it.
+
+    `remunge -d` (MUNGE's own benchmark, C, 8 threads) over a 64-byte payload, the hex
+    SHA-256 digest a batch carries: each batch costs one encode (on its node) and one
+    decode (in the collector), so this over the required batches/s is the most any
+    collector could hold on this machine before its HTTP, Python and the store run.
+    nan when remunge is missing or munged does not answer.
+    """
+    try:
+        done = subprocess.run(
+            ["remunge", "-q", "-d", "-T", "8", "-l", "64", "-D", str(seconds), "-S", socket],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 30,
+            check=True,
+        )
+        rate = float(done.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return math.nan
+    return rate if rate > 0 else math.nan  # remunge -q says 0 when munged did not answer
+
+
 def start_munged(stack: ExitStack, work: Path, threads: int) -> tuple[str, int]:
     """munged with a fresh key on a socket of its own; returns (its socket, its pid)."""
     home = work / "munge"
@@ -692,6 +715,14 @@ def main() -> int:
             " lookup for each"
         )
         print(f"scale: code: {code_version(args.source)}")
+        ceiling = munge_ceiling(munge_socket)
+        print(
+            f"scale: MUNGE alone on this machine: {ceiling:,.0f} credentials/s encoded and"
+            f" decoded with all {os.cpu_count()} cores (remunge -d): at most"
+            f" {ceiling / batches_1x:.2f}x production's {batches_1x:,.0f} batches/s before"
+            " any HTTP, Python or PostgreSQL (a cluster's nodes sign their own batches: its"
+            " head node only decodes)"
+        )
         print(
             f"scale: cadence of this code: {cadence}"
             f" ([node] interval {INTERVAL:g}s, one batch per node per tick): required"
