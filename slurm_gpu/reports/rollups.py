@@ -278,10 +278,12 @@ def boundary_cells(
     `first` None: every job of the period; else those with a part outside the whole days
     [first, last): started before `first` (where the period cuts its first day: else
     `usage_daily` holds and counts them) or ending at or after `last` (the jobs that run
-    across the period's ends, and those of its cut days). One query or two, each
-    answered from the (end_time, start_time) index.
+    across the period's ends, and those of its cut days). One query or two, each a range
+    of start times no wider than the period and the cluster's longest job before it
+    (`rollup_reads.boundary_rows`).
     """
-    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
+    longest = rollup_reads.longest_job(store)
+    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last, longest)
     cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)

@@ -18,6 +18,7 @@ from slurm_gpu.store.schema import (
     USAGE_PLACE,
     job_usage,
     usage_daily,
+    usage_extent,
     usage_monthly,
     usage_unfolded,
 )
@@ -80,8 +81,31 @@ def summed_usage(
     return rows
 
 
+# The revision that keeps `usage_extent` (the longest folded job of each cluster).
+EXTENT_REVISION = "0012"
+
+
+def longest_job(store: Store) -> float | None:
+    """Seconds of the cluster's longest folded job; None: unknown (a store before 0012).
+
+    0 when nothing is folded: no job can be across a period's end then.
+    """
+    if (store.current_revision() or "") < EXTENT_REVISION:
+        return None
+    e = usage_extent.c
+    query = sa.select(e.longest_job_seconds).where(e.cluster == store.cluster)
+    with store.reading("reading the longest folded job") as conn:
+        stored = conn.execute(query).scalar()
+    return float(stored) if stored is not None else 0.0
+
+
 def boundary_rows(
-    store: Store, since: float, until: float, first: float | None, last: float
+    store: Store,
+    since: float,
+    until: float,
+    first: float | None,
+    last: float,
+    longest: float | None = None,
 ) -> tuple[list[tuple[Any, ...]], int]:
     """`job_usage` rows of jobs of [since, until] that the whole days [first, last) miss.
 
@@ -89,24 +113,36 @@ def boundary_rows(
     both ends is there twice).
 
     `first` None: every job of the period; else those started before `first` (only
-    where `first` > `since`) or ending at or after `last`. Each query is a range of the
-    (cluster, end_time, start_time) index.
+    where `first` > `since`) or ending at or after `last`. `longest`: the longest job
+    (`longest_job`); each query is then a range of start times, the period's and the
+    longest job before it (the (cluster, start_time, end_time) index), not of every job
+    ended after it. None: ranges of the (cluster, end_time, start_time) index, as before
+    revision 0012.
     """
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
         u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
     )
+
+    def started_after(t: float) -> Any:
+        """A job that ends at or after `t` started at most `longest` before it.
+
+        (A second more: `longest` is a difference of stored floats.)
+        """
+        return sa.true() if longest is None else u.start_time >= t - longest - 1.0
+
     if first is None:
-        parts = [base]
+        parts = [base.where(started_after(since))]
     else:
-        # A test of start_time >= first here would lead PostgreSQL to the start_time index
-        # and the period's every job.
-        parts = [base.where(u.end_time >= last)]
+        # Without `longest`, a test of start_time >= first here would lead PostgreSQL to
+        # the start_time index and the period's every job.
+        parts = [base.where(u.end_time >= last, started_after(last))]
         if first > since:
             # Only a period that cuts its first day needs the jobs started before it: the
             # others' usage in the whole days is in `usage_daily`, and a job ended in them
-            # is counted there. (This range holds every job ended after `since`.)
-            parts.insert(0, base.where(u.start_time < first))
+            # is counted there. (Without `longest`, this range holds every job ended after
+            # `since`.)
+            parts.insert(0, base.where(u.start_time < first, started_after(since)))
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading job usage rollups") as conn:
         for query in parts:

@@ -500,6 +500,10 @@ job_usage = sa.Table(
 # first: SQLite without statistics prefers an index its equality test can use).
 sa.Index(None, job_usage.c.cluster, job_usage.c.end_time, job_usage.c.start_time)
 sa.Index(None, job_usage.c.start_time)
+# The same jobs by start (revision 0012): a job across an end started at most the
+# cluster's longest job (`usage_extent`) before it, a range of this index, where the one
+# above would also read every job that ended after the period.
+sa.Index(None, job_usage.c.cluster, job_usage.c.start_time, job_usage.c.end_time)
 # Ingest recomputes a user's days (store/usage_rollup.py `refold`): that user's jobs then.
 sa.Index(None, job_usage.c.cluster, job_usage.c.user, job_usage.c.end_time)
 
@@ -542,6 +546,16 @@ usage_unfolded = sa.Table(
     _time("end_time", nullable=True),
 )
 
+# Per cluster, the longest end - start of any `job_usage` row folded (revision 0012):
+# raised by every refold, never lowered but by a rebuild, so it bounds how long before a
+# report period's end a job across that end can have started.
+usage_extent = sa.Table(
+    "usage_extent",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), primary_key=True),
+    sa.Column("longest_job_seconds", sa.Double(), nullable=False),
+)
+
 ALL_TABLES = (
     jobs,
     job_gpus,
@@ -563,4 +577,5 @@ ALL_TABLES = (
     usage_daily,
     usage_monthly,
     usage_unfolded,
+    usage_extent,
 )

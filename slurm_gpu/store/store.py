@@ -608,7 +608,9 @@ class Store:
         cluster in the store. Returns the number of `job_usage` rows written.
         """
         with self.writing("rebuilding the usage rollups") as conn:
-            return usage_rollup.rebuild(conn, None, since)
+            written = usage_rollup.rebuild(conn, None, since)
+            usage_rollup.reset_extent(conn)  # revision 0012
+            return written
 
     def job(self, job_id: int) -> dict[str, Any] | None:
         """The `jobs` row of `job_id` in this store's cluster, or None."""

@@ -38,6 +38,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from slurm_gpu.store.dialect import upsert
 from slurm_gpu.store.schema import (
     GPM_METRICS,
     MEMBER_WEIGHTS,
@@ -52,6 +53,7 @@ from slurm_gpu.store.schema import (
     job_usage,
     jobs,
     usage_daily,
+    usage_extent,
     usage_monthly,
     usage_unfolded,
 )
@@ -330,11 +332,42 @@ def refold(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> int:
     if new:
         conn.execute(sa.insert(job_usage), new)
     _mark_unfolded(conn, cluster, job_ids, {int(c["job_id"]) for c in new})
+    raise_extent(conn, cluster, new)
     affected = _slices(old)
     for user, days in _slices(new).items():
         affected[user] |= days
     _recompute(conn, cluster, affected)
     return len(new)
+
+
+def raise_extent(conn: sa.Connection, cluster: str, cells: Sequence[Mapping[str, Any]]) -> None:
+    """Raise the cluster's `usage_extent` to the longest of these `job_usage` rows.
+
+    Read first, written only when longer: the upsert locks the row, and every writer of
+    the collector's pool would then wait on the others' commits for nothing.
+    """
+    if not cells:
+        return
+    longest = max(max(float(c["end_time"]) - float(c["start_time"]), 0.0) for c in cells)
+    e = usage_extent.c
+    stored = conn.execute(sa.select(e.longest_job_seconds).where(e.cluster == cluster)).scalar()
+    if stored is not None and float(stored) >= longest:
+        return
+    grow = upsert(conn.dialect.name, usage_extent, (), keep_max=("longest_job_seconds",))
+    conn.execute(grow, {"cluster": cluster, "longest_job_seconds": longest})
+
+
+def reset_extent(conn: sa.Connection) -> None:
+    """Recompute `usage_extent` of every cluster from its `job_usage` rows (after a rebuild).
+
+    Not part of `rebuild`: revision 0010's upgrade runs that, before this table exists
+    (revision 0012 computes it the same way).
+    """
+    u = job_usage.c
+    conn.execute(sa.delete(usage_extent))
+    longest = sa.func.max(u.end_time - u.start_time)
+    query = sa.select(u.cluster, sa.case((longest > 0, longest), else_=0.0)).group_by(u.cluster)
+    conn.execute(sa.insert(usage_extent).from_select(["cluster", "longest_job_seconds"], query))
 
 
 def _mark_unfolded(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +30,14 @@ from slurm_gpu.reports.figures import FIGURE_KEYS
 from slurm_gpu.reports.rollups import BUCKET_NOTE, boundary_cells, build_report_from_rollups
 from slurm_gpu.reports.summary import GROUP_KEYS, Report, build_report
 from slurm_gpu.reports.usage import JobFilter, load_usage
-from slurm_gpu.store import Store
-from slurm_gpu.store.schema import job_usage, usage_daily, usage_monthly, usage_unfolded
+from slurm_gpu.store import Store, rollup_reads
+from slurm_gpu.store.schema import (
+    job_usage,
+    usage_daily,
+    usage_extent,
+    usage_monthly,
+    usage_unfolded,
+)
 from slurm_gpu.store.usage_rollup import wait_bucket
 
 UTC = dt.UTC
@@ -455,10 +462,19 @@ def test_changed_job_facts_refold_the_rollups(store: Store) -> None:
     )
 
 
+def downgrade(store: Store, revision: str) -> None:
+    """The store's schema taken back to `revision` (Store.upgrade only goes forward)."""
+    import alembic.command
+
+    with store.writing(f"test: downgrade to {revision}") as conn:
+        alembic.command.downgrade(store._alembic_config(conn), revision)
+    assert revision == store.current_revision()
+
+
 def test_upgrade_from_0009_builds_the_rollups(store: Store) -> None:
     """A store at 0009 upgraded to 0010 gets its rollups built, and the same reports."""
     ingested = _tables(store)
-    store.upgrade("0009")
+    downgrade(store, "0009")
     store.upgrade()
     assert (store.current_revision() or "") >= "0010"
     _approx_tables(ingested, _tables(store))
@@ -591,3 +607,113 @@ def test_report_command_says_where_queue_wait_p95_comes_from(store: Store, tmp_p
     assert f"Note: {BUCKET_NOTE}" in report(*period, "-o", "Account,QueueWaitP95").splitlines()
     assert [BUCKET_NOTE] == json.loads(report(*period, "--json"))["notes"]
     assert "Note:" not in report(*period, "-o", "Account,GPUHours")
+
+
+def _longest_folded(store: Store) -> float:
+    with store.reading("test") as conn:
+        u = job_usage.c
+        return float(conn.execute(sa.select(sa.func.max(u.end_time - u.start_time))).scalar_one())
+
+
+def _job_across(store: Store, job: int, start: float, end: float) -> None:
+    store.upsert_jobs(
+        [
+            {
+                "job_id": job,
+                "user": "u2",
+                "account": "acct1",
+                "partition": "gpu",
+                "job_name": "long",
+                "state": "COMPLETED",
+                "submit_time": start - H,
+                "start_time": start,
+                "end_time": end,
+                "nodes": "gpu2",
+                "gpus": 1,
+            }
+        ]
+    )
+    rng = random.Random(job)
+    store.add_summaries([_summary(job, 0, "gpu2", "GPU-gpu2-1", H100, start, end - start, rng)])
+
+
+def test_a_job_longer_than_any_before_across_the_end_is_read(store: Store) -> None:
+    """The reads of the jobs across an end reach back the longest job (revision 0012).
+
+    A job of 53 days (the others: at most 50 hours) across the month's end, then one
+    whose start a sacct sync moves 60 days back: each is read, counted once with its
+    wait, and every report by user and account is that of raw rows.
+    """
+    since, until = WINDOWS["month"]
+    assert rollup_reads.longest_job(store) == pytest.approx(_longest_folded(store))
+    assert _longest_folded(store) <= 50 * H
+    _job_across(store, 960, since - 20 * 24 * H, until + 3 * 24 * H)
+    assert rollup_reads.longest_job(store) == pytest.approx(53 * 24 * H)
+    cells = boundary_cells(store, since, until, since, until)
+    assert 960 in set(cells["job_id"])
+    store.upsert_jobs([{"job_id": 961, "start_time": until - 2 * H, "end_time": until + H}])
+    _job_across(store, 961, until - 2 * H, until + H)
+    store.upsert_jobs([{"job_id": 961, "start_time": until - 60 * 24 * H}])  # a sacct sync
+    assert rollup_reads.longest_job(store) == pytest.approx(60 * 24 * H + H)
+    cells = boundary_cells(store, since, until, since, until)
+    assert {960, 961} <= set(cells["job_id"])
+    for group in ("user", "account"):
+        assert_same_report(
+            old_report(store, group, since, until, COSTS[0]),
+            new_report(store, group, since, until, COSTS[0]),
+        )
+
+
+def test_rebuild_and_upgrade_compute_the_longest_job_and_0011_reads_unbounded(
+    store: Store,
+) -> None:
+    """`rebuild_rollups` and the 0011 -> 0012 upgrade set the exact longest job.
+
+    A too long one (the job since shortened) is lowered by both; at 0011 the reads are
+    those of before, and the reports still those of raw rows.
+    """
+    exact = _longest_folded(store)
+    with store.writing("test") as conn:
+        conn.execute(sa.update(usage_extent).values(longest_job_seconds=400 * 24 * H))
+    store.rebuild_rollups()
+    assert rollup_reads.longest_job(store) == pytest.approx(exact)
+    downgrade(store, "0011")
+    assert rollup_reads.longest_job(store) is None
+    since, until = WINDOWS["month and days"]
+    for group in ("user", "node"):
+        assert_same_report(
+            old_report(store, group, since, until, COSTS[1]),
+            new_report(store, group, since, until, COSTS[1]),
+        )
+    store.upgrade()
+    assert rollup_reads.longest_job(store) == pytest.approx(exact)
+
+
+def test_the_jobs_across_an_end_are_a_range_of_start_times(store: Store) -> None:
+    """SQLite answers every read of `boundary_cells` from a bounded range of start times.
+
+    By end time (or by start time with no lower bound), a read would also pass every
+    job that ended after the period (or started before it): a month's report would cost
+    more with every month stored after it.
+    """
+    seen: list[tuple[str, Any]] = []
+
+    def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+        if "FROM job_usage" in statement:
+            seen.append((statement, params))
+
+    sa.event.listen(store.engine, "before_cursor_execute", keep)
+    try:
+        for since, until in WINDOWS.values():
+            first = math.ceil(since / (24 * H)) * 24 * H
+            last = math.floor(until / (24 * H)) * 24 * H
+            boundary_cells(store, since, until, first if first < last else None, last)
+    finally:
+        sa.event.remove(store.engine, "before_cursor_execute", keep)
+    assert len(seen) >= len(WINDOWS)
+    with store.reading("test") as conn:
+        for statement, params in seen:
+            plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", params).all()
+            # Both bounds: from the longest job before the end up to the period's end.
+            bounded = "ix_job_usage_cluster_start_time_end_time (cluster=? AND start_time>? AND"
+            assert any(bounded in str(row[-1]) for row in plan), (statement, plan)

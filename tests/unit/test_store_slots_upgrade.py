@@ -190,7 +190,7 @@ def test_every_row_is_kept_as_a_whole_gpu_slot(stores: tuple[Store, Store]) -> N
     assert {"jobs": 3, "job_gpus": 5, "gpu_intervals": 13, "gpu_intervals_hourly": 3,
             "job_gpu_summaries": 4, "gpu_activity": 1, "gpu_inventory": 4, "job_events": 7,
             "audit_log": 1, "job_usage": 3, "usage_daily": 2, "usage_monthly": 2,
-            "usage_unfolded": 1} == counts  # fmt: skip
+            "usage_unfolded": 1, "usage_extent": 1} == counts  # fmt: skip
     assert 21 == len(slots)  # 13 intervals, 4 summaries, 3 hours, 1 activity
     assert all((s, k, sh, p, m) == (g, "gpu", 1.0, "", "nvml") for s, g, k, sh, p, m in slots)
     assert old.intervals() == head.intervals()
