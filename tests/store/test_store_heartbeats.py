@@ -152,7 +152,7 @@ def test_upgrade_from_0010_keeps_activity_and_then_takes_heartbeats(store_at_001
     rows = [activity(7), activity(8, uuid="GPU-1")]
     store.add_activity(rows)  # gpu_activity is the same at 0010 and 0011
 
-    store.upgrade()
+    store.upgrade("0011")
     after = store.activity()
     store.add_heartbeats([NodeHeartbeat("gpu1", T0 + 300, ("GPU-0",))])
 
