@@ -287,6 +287,16 @@ def daily_of(
 ) -> list[dict[str, Any]]:
     """`usage_daily` rows of `job_usage` rows (only `days`, when given)."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    fold_daily(out, cells, days)
+    return list(out.values())
+
+
+def fold_daily(
+    out: dict[tuple[Any, ...], dict[str, Any]],
+    cells: Iterable[Mapping[str, Any]],
+    days: set[float] | None = None,
+) -> None:
+    """Adds `job_usage` rows into the `usage_daily` rows of `out` (by their key)."""
     for cell in cells:
         fractions = day_fractions(cell["start_time"], cell["end_time"])
         for day, fraction in fractions:
@@ -299,7 +309,6 @@ def daily_of(
             _add(row, cell, fraction)
             if day == fractions[-1][0]:
                 _count(row, cell)
-    return list(out.values())
 
 
 def _slices(cells: Iterable[Mapping[str, Any]]) -> dict[str, set[float]]:
@@ -483,13 +492,16 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
         else [c for (c,) in conn.execute(sa.select(j.cluster).distinct())]
     )
     for name in clusters:
+        # In order of start: a job touches no day before its start's, so once the jobs
+        # started on a day are folded, the days before it are whole (`_flush_days`).
         query = (
-            sa.select(s.job_id)
+            sa.select(s.job_id, j.start_time)
             .distinct()
             .select_from(
                 job_gpu_summaries.join(jobs, sa.and_(j.cluster == s.cluster, j.job_id == s.job_id))
             )
             .where(s.cluster == name)
+            .order_by(j.start_time, s.job_id)
         )
         stale = sa.delete(job_usage).where(u.cluster == name)
         days = sa.delete(usage_daily).where(d.cluster == name)
@@ -502,19 +514,23 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
         conn.execute(stale)
         conn.execute(days)
         conn.execute(months)
-        ids = [int(i) for (i,) in conn.execute(query)]
-        cells: list[dict[str, Any]] = []
-        for chunk in _chunks(ids):
-            part = job_cells(conn, name, chunk)
+        ids = [int(i) for (i, _) in conn.execute(query)]
+        # Each chunk's rows are folded into the days and let go, and the whole days are
+        # written as they close: memory grows with the days a job spans, not with the
+        # store (a rebuild or the 0010 upgrade of a store of millions of jobs).
+        daily: dict[tuple[Any, ...], dict[str, Any]] = {}
+        closed = -math.inf  # the days before it are written
+        for at in range(0, len(ids), CHUNK):  # not `_chunks`: that sorts by id
+            part = job_cells(conn, name, ids[at : at + CHUNK])
             if part:
                 conn.execute(sa.insert(job_usage), part)
-            cells += part
-        written += len(cells)
-        rows = [r for r in daily_of(cells) if since is None or r["day"] >= since]
-        # Days before `since` touched by a job spanning it stay as they were: every other
-        # job of those days was not rebuilt, and their rows still sum them all.
-        for at in range(0, len(rows), CHUNK):
-            conn.execute(sa.insert(usage_daily), rows[at : at + CHUNK])
+                fold_daily(daily, part)
+                written += len(part)
+                today = day_of(max(float(c["start_time"]) for c in part))
+                if today > closed:
+                    _flush_days(conn, daily, today, since)
+                    closed = today
+        _flush_days(conn, daily, math.inf, since)
         first = month_of(since) if since is not None else None
         stored = sa.select(d.day).distinct().where(d.cluster == name)
         if first is not None:
@@ -524,6 +540,25 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
     for name in j_clusters:
         _list_unfolded(conn, name)
     return written
+
+
+def _flush_days(
+    conn: sa.Connection,
+    daily: dict[tuple[Any, ...], dict[str, Any]],
+    before: float,
+    since: float | None,
+) -> None:
+    """Writes and forgets the `usage_daily` rows of `daily` whose day is before `before`.
+
+    Days before `since` touched by a job spanning it are dropped, not written: they stay
+    as they were, since every other job of those days was not rebuilt and their rows
+    still sum them all.
+    """
+    done = [key for key, row in daily.items() if row["day"] < before]
+    rows = [daily.pop(key) for key in done]
+    rows = [r for r in rows if since is None or r["day"] >= since]
+    for at in range(0, len(rows), CHUNK):
+        conn.execute(sa.insert(usage_daily), rows[at : at + CHUNK])
 
 
 def _list_unfolded(conn: sa.Connection, cluster: str) -> None:

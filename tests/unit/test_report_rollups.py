@@ -717,3 +717,33 @@ def test_the_jobs_across_an_end_are_a_range_of_start_times(store: Store) -> None
             # Both bounds: from the longest job before the end up to the period's end.
             bounded = "ix_job_usage_cluster_start_time_end_time (cluster=? AND start_time>? AND"
             assert any(bounded in str(row[-1]) for row in plan), (statement, plan)
+
+
+def test_a_rebuild_holds_only_the_days_of_the_jobs_it_folds(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`rebuild` writes each day once it is whole: memory follows a job's days, not the store.
+
+    The store spans 36 days with jobs of at most 50 hours (3 days), their ids in no
+    order of start; folded in order of start, 4 jobs at a time here, only the days from
+    the first start of those 4 to the last day of their longest are held at once. The
+    rollups are those written at ingest.
+    """
+    from slurm_gpu.store import usage_rollup
+
+    held: list[int] = []
+    fold = usage_rollup.fold_daily
+
+    def spy(out: dict[tuple[Any, ...], dict[str, Any]], *args: Any, **kw: Any) -> None:
+        fold(out, *args, **kw)
+        held.append(len({row["day"] for row in out.values()}))
+
+    monkeypatch.setattr(usage_rollup, "fold_daily", spy)
+    monkeypatch.setattr(usage_rollup, "CHUNK", 4)  # jobs are folded 4 at a time, not 500
+    ingested = _tables(store)
+    store.rebuild_rollups()
+    assert held and max(held) <= 8, held  # 4 jobs' start days and 3 days after, not 35
+    _approx_tables(ingested, _tables(store))
+    with store.reading("test") as conn:
+        days = conn.execute(sa.select(sa.func.count(sa.distinct(usage_daily.c.day)))).scalar_one()
+    assert days > 30
