@@ -282,8 +282,7 @@ def boundary_cells(
     of start times no wider than the period and the cluster's longest job before it
     (`rollup_reads.boundary_rows`).
     """
-    longest = rollup_reads.longest_job(store)
-    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last, longest)
+    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
     cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)

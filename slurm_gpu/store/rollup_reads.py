@@ -105,7 +105,6 @@ def boundary_rows(
     until: float,
     first: float | None,
     last: float,
-    longest: float | None = None,
 ) -> tuple[list[tuple[Any, ...]], int]:
     """`job_usage` rows of jobs of [since, until] that the whole days [first, last) miss.
 
@@ -113,12 +112,12 @@ def boundary_rows(
     both ends is there twice).
 
     `first` None: every job of the period; else those started before `first` (only
-    where `first` > `since`) or ending at or after `last`. `longest`: the longest job
-    (`longest_job`); each query is then a range of start times, the period's and the
-    longest job before it (the (cluster, start_time, end_time) index), not of every job
-    ended after it. None: ranges of the (cluster, end_time, start_time) index, as before
-    revision 0012.
+    where `first` > `since`) or ending at or after `last`. Each query is a range of start
+    times, the period's and the cluster's longest job before it (`longest_job`; the
+    (cluster, start_time, end_time) index), not of every job ended after it; before
+    revision 0012, a range of the (cluster, end_time, start_time) index.
     """
+    longest = longest_job(store)
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
         u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
