@@ -9,14 +9,17 @@ The same figures as reports/summary.py `build_report` over the GPU frame, summed
   and places, not with jobs;
 - `job_usage` rows of the jobs across the period's ends only, prorated to the parts of
   the period that cut a day (its first and last hours when it does not start or end at
-  a UTC midnight);
+  a UTC midnight); at an end at a midnight, the counts of the jobs running across it
+  from `usage_across` instead (revision 0013), so that a month's report reads no job
+  one by one;
 - raw rows, the old way (reports/usage.py), for the jobs of the period that are not
   folded: running, no summary yet, no start or no end time.
 
 Jobs are counted once per group: the rollups count each job on the last UTC day it has
 usage in, with weights that add up to one in any group holding its rows (schema.py
 MEMBER_WEIGHTS); the jobs whose last day is not a whole day of the period are counted one
-by one from their `job_usage` rows. Users are the distinct users of the rows summed.
+by one from their `job_usage` rows, or, across an end at a midnight, from `usage_across`.
+Users are the distinct users of the rows summed.
 Queue wait: the mean is exact (sums of waits x weight); the 95th percentile comes from
 the folded log2 histogram (within one bucket of numpy's, placed evenly inside its bucket)
 wherever folded jobs are counted, exact where all are counted one by one.
@@ -198,14 +201,19 @@ def period_usage(
     first = math.ceil(since / DAY) * DAY
     last = math.floor(until / DAY) * DAY
     whole = first < last
+    # A period ending at a midnight: the counts of the jobs across it are in usage_across.
+    across = whole and last == until and rollup_reads.counts_across(store)
     parts: list[pd.DataFrame] = []
     if whole:
         parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
         edges = [(since, first), (last, until)]
     else:
         edges = [(since, until)]
+    if across:
+        parts.append(across_counts(store, last, by_node=by_node, weights=weights))
     cells = _models_filled(
-        boundary_cells(store, since, until, first if whole else None, last), store
+        boundary_cells(store, since, until, first if whole else None, last, counted_across=across),
+        store,
     )
     for a, b in edges:
         if b > a or (b == a == until):
@@ -214,7 +222,7 @@ def period_usage(
     parts = [p for p in parts if len(p)]
     sums = pd.concat(parts, ignore_index=True) if parts else _empty_sums()
     sums = _priced(_models_filled(sums, store), cost)
-    members = _members(cells, since, until, (first, last) if whole else None)
+    members = _members(cells, since, until, (first, last) if whole else None, counted_across=across)
     raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
     sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
     counted = list(counted_figures(weights))
@@ -270,8 +278,31 @@ def rollup_sums(
     return _frame(rows, names, figures)
 
 
+def across_counts(
+    store: Store, midnight: float, *, by_node: bool, weights: Sequence[str]
+) -> pd.DataFrame:
+    """The counts of the jobs running across `midnight` (`usage_across`), as sums rows.
+
+    Per owner and place (the node blank as `rollup_sums` blanks it), their usage 0: it is
+    in the days before and after the midnight.
+    """
+    figures = counted_figures(weights)
+    names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
+    span: list[rollup_reads.Span] = [("across", midnight, midnight + DAY)]
+    rows = rollup_reads.summed_usage(store, span, by_node=by_node, figures=figures)
+    counts = _frame(rows, names, figures)
+    zeros = np.zeros((len(counts), len(USAGE_SUMS) + len(USAGE_COUNTS)))
+    return pd.concat([counts, pd.DataFrame(zeros, columns=[*USAGE_SUMS, *USAGE_COUNTS])], axis=1)
+
+
 def boundary_cells(
-    store: Store, since: float, until: float, first: float | None, last: float
+    store: Store,
+    since: float,
+    until: float,
+    first: float | None,
+    last: float,
+    *,
+    counted_across: bool = False,
 ) -> pd.DataFrame:
     """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
 
@@ -280,9 +311,13 @@ def boundary_cells(
     `usage_daily` holds and counts them) or ending at or after `last` (the jobs that run
     across the period's ends, and those of its cut days). One query or two, each a range
     of start times no wider than the period and the cluster's longest job before it
-    (`rollup_reads.boundary_rows`).
+    (`rollup_reads.boundary_rows`). `counted_across`: the period ends at the midnight
+    `last` and the counts of the jobs across it come from `across_counts`: of those
+    ending after it, only the instant jobs at `last` are read.
     """
-    rows, parts = rollup_reads.boundary_rows(store, since, until, first, last)
+    rows, parts = rollup_reads.boundary_rows(
+        store, since, until, first, last, counted_across=counted_across
+    )
     cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
         cells = cells.drop_duplicates(["job_id", "restart", *USAGE_PLACE], ignore_index=True)
@@ -351,12 +386,18 @@ def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFr
 
 
 def _members(
-    cells: pd.DataFrame, since: float, until: float, whole: tuple[float, float] | None
+    cells: pd.DataFrame,
+    since: float,
+    until: float,
+    whole: tuple[float, float] | None,
+    *,
+    counted_across: bool = False,
 ) -> pd.DataFrame:
     """The jobs of `cells` with usage inside [since, until] not counted by `usage_daily`.
 
     `whole`: the period's whole days [first, last), where `usage_daily` counts each job
     on the last day it has usage in (None: no whole day, every job is counted here).
+    `counted_across`: nor those across the midnight `last` (`across_counts` has them).
     """
     if not len(cells):
         return pd.DataFrame(columns=MEMBER_COLUMNS)
@@ -369,6 +410,8 @@ def _members(
             end - start > 0, np.ceil(end / DAY) * DAY - DAY, np.floor(start / DAY) * DAY
         )
         keep &= ~((final >= whole[0]) & (final < whole[1]))
+        if counted_across:
+            keep &= ~((start < whole[1]) & (final >= whole[1]))
     part = cells[keep]
     wait = part["start_time"].to_numpy(dtype=float) - pd.to_numeric(part["submit_time"]).to_numpy(
         dtype=float, na_value=np.nan

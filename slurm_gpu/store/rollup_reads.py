@@ -17,6 +17,7 @@ from slurm_gpu.store.queries import JOB_USAGE_COLUMNS
 from slurm_gpu.store.schema import (
     USAGE_PLACE,
     job_usage,
+    usage_across,
     usage_daily,
     usage_extent,
     usage_monthly,
@@ -24,7 +25,8 @@ from slurm_gpu.store.schema import (
 )
 from slurm_gpu.store.store import Store
 
-Span = tuple[Literal["daily", "monthly"], float, float]
+Span = tuple[Literal["daily", "monthly", "across"], float, float]
+TABLES = {"daily": usage_daily, "monthly": usage_monthly, "across": usage_across}
 
 
 def slot_rows_exist(store: Store, since: float, until: float) -> bool:
@@ -49,17 +51,18 @@ def summed_usage(
 ) -> list[tuple[Any, ...]]:
     """Rows (owner, place, figures...) of `usage_daily` / `usage_monthly` over the spans.
 
-    Each span is a table and [low, high) of its day or month column. Without `by_node`,
-    rows of a known GPU model are summed over nodes (the node blank).
+    Each span is a table and [low, high) of its day or month column ("across":
+    `usage_across`, its midnights; its figures are counts only). Without `by_node`, rows
+    of a known GPU model are summed over nodes (the node blank).
     """
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading the usage rollups") as conn:
         for kind, low, high in spans:
             if high <= low:
                 continue
-            table = usage_daily if kind == "daily" else usage_monthly
+            table = TABLES[kind]
             t = table.c
-            when = t.day if table is usage_daily else t.month
+            when = t.month if table is usage_monthly else t.day
             node = (
                 t.node
                 if by_node or table is usage_monthly
@@ -83,6 +86,13 @@ def summed_usage(
 
 # The revision that keeps `usage_extent` (the longest folded job of each cluster).
 EXTENT_REVISION = "0012"
+# The revision that keeps `usage_across` (the counts of the jobs across each midnight).
+ACROSS_REVISION = "0013"
+
+
+def counts_across(store: Store) -> bool:
+    """Whether the store keeps `usage_across` (else the jobs across an end are read)."""
+    return (store.current_revision() or "") >= ACROSS_REVISION
 
 
 def longest_job(store: Store) -> float | None:
@@ -105,6 +115,8 @@ def boundary_rows(
     until: float,
     first: float | None,
     last: float,
+    *,
+    counted_across: bool = False,
 ) -> tuple[list[tuple[Any, ...]], int]:
     """`job_usage` rows of jobs of [since, until] that the whole days [first, last) miss.
 
@@ -112,7 +124,9 @@ def boundary_rows(
     both ends is there twice).
 
     `first` None: every job of the period; else those started before `first` (only
-    where `first` > `since`) or ending at or after `last`. Each query is a range of start
+    where `first` > `since`) or ending at or after `last`; `counted_across` (a period
+    ending at the midnight `last`, its counts there read from `usage_across`): of the
+    latter, those started at `last` only (an instant job there). Each query is a range of start
     times, the period's and the cluster's longest job before it (`longest_job`; the
     (cluster, start_time, end_time) index), not of every job ended after it; before
     revision 0012, a range of the (cluster, end_time, start_time) index.
@@ -135,7 +149,11 @@ def boundary_rows(
     else:
         # Without `longest`, a test of start_time >= first here would lead PostgreSQL to
         # the start_time index and the period's every job.
-        parts = [base.where(u.end_time >= last, started_after(last))]
+        parts = [
+            base.where(u.start_time >= last)
+            if counted_across
+            else base.where(u.end_time >= last, started_after(last))
+        ]
         if first > since:
             # Only a period that cuts its first day needs the jobs started before it: the
             # others' usage in the whole days is in `usage_daily`, and a job ended in them

@@ -534,6 +534,23 @@ usage_daily = _usage_per("usage_daily", "day")
 # `usage_daily` rows. A month's report reads it instead of the month's days.
 usage_monthly = _usage_per("usage_monthly", "month")
 
+# Per UTC midnight (`day`), owner and place: the counts of the jobs running across it
+# (revision 0013): started before it and counted (on their last day with usage) on it or
+# after. A report of whole days to that midnight adds them to its days' counts, so it
+# counts the jobs across its end without reading each one (reports/rollups.py).
+usage_across = sa.Table(
+    "usage_across",
+    metadata,
+    sa.Column("cluster", sa.String(NAME), nullable=False),
+    sa.Column("day", sa.Double(), nullable=False, autoincrement=False),
+    sa.Column("user", sa.String(NAME), nullable=False),
+    sa.Column("account", sa.String(NAME), nullable=False),
+    sa.Column("partition", sa.String(NAME), nullable=False),
+    *_place_columns(),
+    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
+    sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
+)
+
 # The jobs of `jobs` that have no `job_usage` row (running, no summary yet, no start or
 # no end: the reports read them from raw rows), kept by every refold, so that a report
 # finds them without testing every job of its period.
@@ -578,4 +595,5 @@ ALL_TABLES = (
     usage_monthly,
     usage_unfolded,
     usage_extent,
+    usage_across,
 )

@@ -17,15 +17,18 @@ reports/usage.py) is folded here, in the transaction that stores the rows it sum
   weight, a log2 histogram per weight).
 - `usage_monthly`: per UTC month, owner and place but the node (kept only where the GPU
   model is blank), the sums of that month's `usage_daily` rows, summed by the database.
+- `usage_across` (revision 0013): per UTC midnight, owner and place, the counts of the
+  jobs running across it (started before it, counted on it or after), as `usage_daily`
+  counts them: a report of whole days adds those of its end (`across_days`).
 
 Only finished jobs are folded: a job with summaries and both a start and an end time. A
 job with no summary yet (running), no start or no end is read from raw rows by the
 reports, as before. Whenever a job's summaries or facts change (`Store.add_summaries`,
 `add_events`, `upsert_jobs`, the bulk path), `refold` recomputes its `job_usage` rows and
-every `usage_daily` slice (day, user) it touched before or touches now, from the
-`job_usage` rows of that slice, then those users' months: sums are recomputed, never
-patched by subtraction. `rebuild` recomputes the three tables from the raw rows
-(`slurm-gpu db rebuild-rollups`).
+every `usage_daily` and `usage_across` slice (day, user) it touched before or touches
+now, from the `job_usage` rows of that slice, then those users' months: sums are
+recomputed, never patched by subtraction. `rebuild` recomputes the tables from the raw
+rows (`slurm-gpu db rebuild-rollups`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from slurm_gpu.store.schema import (
     job_gpu_summaries,
     job_usage,
     jobs,
+    usage_across,
     usage_daily,
     usage_extent,
     usage_monthly,
@@ -311,6 +315,33 @@ def fold_daily(
                 _count(row, cell)
 
 
+def across_days(start: float, end: float) -> list[float]:
+    """The UTC midnights a job runs across: after its start, up to its last day with usage.
+
+    A report of whole days ending at one of them counts the job (its last day is not
+    among the report's days) from `usage_across`; a job ending at a midnight has no usage
+    after it, so that midnight is not one of them.
+    """
+    return [day for day, _ in day_fractions(start, end) if day > start]
+
+
+def fold_across(
+    out: dict[tuple[Any, ...], dict[str, Any]],
+    cells: Iterable[Mapping[str, Any]],
+    days: set[float] | None = None,
+) -> None:
+    """Counts `job_usage` rows into the `usage_across` rows of `out` (by their key)."""
+    for cell in cells:
+        for day in across_days(float(cell["start_time"]), float(cell["end_time"])):
+            if days is not None and day not in days:
+                continue
+            key = (cell["cluster"], day, *(cell[n] for n in OWNER), *(cell[n] for n in USAGE_PLACE))
+            row = out.get(key)
+            if row is None:
+                row = out[key] = {**dict(zip(DAILY_KEY, key, strict=True)), **_NO_MEMBERS}
+            _count(row, cell)
+
+
 def _slices(cells: Iterable[Mapping[str, Any]]) -> dict[str, set[float]]:
     """{user: the days} that these `job_usage` rows touch."""
     out: dict[str, set[float]] = defaultdict(set)
@@ -402,7 +433,7 @@ def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float
 
     The days from their `job_usage` rows, then those users' months from their days.
     """
-    u, d = job_usage.c, usage_daily.c
+    u, d, a = job_usage.c, usage_daily.c, usage_across.c
     for user, days in slices.items():
         if not days:
             continue
@@ -420,9 +451,16 @@ def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float
             conn.execute(
                 sa.delete(usage_daily).where(d.cluster == cluster, d.day == day, d.user == user)
             )
+            conn.execute(
+                sa.delete(usage_across).where(a.cluster == cluster, a.day == day, a.user == user)
+            )
         rows = daily_of(cells, days)
         if rows:
             conn.execute(sa.insert(usage_daily), rows)
+        across: dict[tuple[Any, ...], dict[str, Any]] = {}
+        fold_across(across, cells, days)
+        if across:
+            conn.execute(sa.insert(usage_across), list(across.values()))
     # Then their months: one query per month for all of its users (a bulk batch touches
     # many users, few months).
     months: dict[float, set[str]] = defaultdict(set)
@@ -471,13 +509,21 @@ def _sum_month(
     conn.execute(sa.insert(usage_monthly).from_select(names, query))
 
 
-def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None = None) -> int:
+def rebuild(
+    conn: sa.Connection,
+    cluster: str | None = None,
+    since: float | None = None,
+    *,
+    across: bool = True,
+) -> int:
     """Recompute the rollups from raw rows: of every job ending at or after `since`.
 
-    `cluster` None: every cluster in the store. In the caller's transaction. Returns the
+    `cluster` None: every cluster in the store. `across`: `usage_across` too (False: the
+    0010 upgrade, before that table exists). In the caller's transaction. Returns the
     number of `job_usage` rows written.
     """
     j, s, u, d, m = jobs.c, job_gpu_summaries.c, job_usage.c, usage_daily.c, usage_monthly.c
+    a = usage_across.c
     if since is not None:
         since = day_of(since)  # every job touching the first rebuilt day is refolded
     clusters = (
@@ -511,26 +557,36 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
             stale = stale.where(u.end_time >= since)
             days = days.where(d.day >= day_of(since))
             months = months.where(m.month >= month_of(since))
+        crossed = sa.delete(usage_across).where(a.cluster == name)
+        if since is not None:
+            crossed = crossed.where(a.day >= day_of(since))
         conn.execute(stale)
         conn.execute(days)
         conn.execute(months)
+        if across:
+            conn.execute(crossed)
         ids = [int(i) for (i, _) in conn.execute(query)]
         # Each chunk's rows are folded into the days and let go, and the whole days are
         # written as they close: memory grows with the days a job spans, not with the
         # store (a rebuild or the 0010 upgrade of a store of millions of jobs).
         daily: dict[tuple[Any, ...], dict[str, Any]] = {}
+        crossing: dict[tuple[Any, ...], dict[str, Any]] = {}
         closed = -math.inf  # the days before it are written
         for at in range(0, len(ids), CHUNK):  # not `_chunks`: that sorts by id
             part = job_cells(conn, name, ids[at : at + CHUNK])
             if part:
                 conn.execute(sa.insert(job_usage), part)
                 fold_daily(daily, part)
+                if across:
+                    fold_across(crossing, part)
                 written += len(part)
                 today = day_of(max(float(c["start_time"]) for c in part))
                 if today > closed:
-                    _flush_days(conn, daily, today, since)
+                    _flush_days(conn, usage_daily, daily, today, since)
+                    _flush_days(conn, usage_across, crossing, today, since)
                     closed = today
-        _flush_days(conn, daily, math.inf, since)
+        _flush_days(conn, usage_daily, daily, math.inf, since)
+        _flush_days(conn, usage_across, crossing, math.inf, since)
         first = month_of(since) if since is not None else None
         stored = sa.select(d.day).distinct().where(d.cluster == name)
         if first is not None:
@@ -544,11 +600,12 @@ def rebuild(conn: sa.Connection, cluster: str | None = None, since: float | None
 
 def _flush_days(
     conn: sa.Connection,
+    table: sa.Table,
     daily: dict[tuple[Any, ...], dict[str, Any]],
     before: float,
     since: float | None,
 ) -> None:
-    """Writes and forgets the `usage_daily` rows of `daily` whose day is before `before`.
+    """Writes and forgets the rows of `daily` (of `table`) whose day is before `before`.
 
     Days before `since` touched by a job spanning it are dropped, not written: they stay
     as they were, since every other job of those days was not rebuilt and their rows
@@ -558,7 +615,42 @@ def _flush_days(
     rows = [daily.pop(key) for key in done]
     rows = [r for r in rows if since is None or r["day"] >= since]
     for at in range(0, len(rows), CHUNK):
-        conn.execute(sa.insert(usage_daily), rows[at : at + CHUNK])
+        conn.execute(sa.insert(table), rows[at : at + CHUNK])
+
+
+def rebuild_across(conn: sa.Connection) -> None:
+    """Recompute `usage_across` of every cluster from its `job_usage` rows (revision 0013).
+
+    The jobs in order of start, a chunk at a time: a midnight is written once no later
+    job can run across it, so memory follows the days a job spans, not the store.
+    """
+    u = job_usage.c
+    conn.execute(sa.delete(usage_across))
+    names = ("cluster", "job_id", *OWNER, *USAGE_PLACE, "submit_time", "start_time", "end_time")
+    for (cluster,) in conn.execute(sa.select(u.cluster).distinct()).all():
+        ids = [
+            int(i)
+            for (i, _) in conn.execute(
+                sa.select(u.job_id, sa.func.min(u.start_time).label("began"))
+                .where(u.cluster == cluster)
+                .group_by(u.job_id)
+                .order_by("began", u.job_id)
+            )
+        ]
+        crossing: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for at in range(0, len(ids), CHUNK):
+            chunk = ids[at : at + CHUNK]
+            part = _stored_cells(
+                conn,
+                sa.select(*(u[n] for n in (*names, *MEMBER_WEIGHTS))).where(
+                    u.cluster == cluster, u.job_id.in_(chunk)
+                ),
+            )
+            fold_across(crossing, part)
+            if part:  # a later job runs across no midnight before the latest start here
+                today = day_of(max(float(c["start_time"]) for c in part))
+                _flush_days(conn, usage_across, crossing, today, None)
+        _flush_days(conn, usage_across, crossing, math.inf, None)
 
 
 def _list_unfolded(conn: sa.Connection, cluster: str) -> None:

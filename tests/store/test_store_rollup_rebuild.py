@@ -4,7 +4,8 @@ The rebuild (also revision 0010's upgrade) folds the jobs in order of start a ch
 time and writes each day once it is whole (store/usage_rollup.py `rebuild`); its SQL (the
 jobs ordered by start, DISTINCT with the ORDER BY column selected, as PostgreSQL wants)
 runs on SQLite, PostgreSQL and MariaDB, with chunks of 4 jobs so that days close while
-jobs are folded. The longest job (revision 0012) is recomputed with them.
+jobs are folded. The longest job (revision 0012) is recomputed with them; the jobs
+across each midnight (revision 0013) by the rebuild and by that upgrade's own pass.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ def test_rebuilt_rollups_equal_those_of_ingest(
 ) -> None:
     fill(store)
     ingested = _tables(store)
-    assert ingested["usage_daily"] and ingested["usage_monthly"]
+    assert ingested["usage_daily"] and ingested["usage_monthly"] and ingested["usage_across"]
     monkeypatch.setattr(usage_rollup, "CHUNK", 4)
     assert len(ingested["job_usage"]) == store.rebuild_rollups()
+    _approx_tables(ingested, _tables(store))
+    with store.writing("test: the 0013 upgrade's pass") as conn:
+        usage_rollup.rebuild_across(conn)
     _approx_tables(ingested, _tables(store))
     assert rollup_reads.longest_job(store) == pytest.approx(_longest_folded(store))

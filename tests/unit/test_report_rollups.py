@@ -33,6 +33,7 @@ from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store, rollup_reads
 from slurm_gpu.store.schema import (
     job_usage,
+    usage_across,
     usage_daily,
     usage_extent,
     usage_monthly,
@@ -422,7 +423,7 @@ def _tables(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     with store.reading("test") as conn:
         return {
             t.name: sorted(tuple(r) for r in conn.execute(sa.select(t)))
-            for t in (job_usage, usage_daily, usage_monthly, usage_unfolded)
+            for t in (job_usage, usage_daily, usage_monthly, usage_unfolded, usage_across)
         }
 
 
@@ -439,6 +440,7 @@ def test_rebuilt_rollups_equal_those_written_at_ingest(store: Store) -> None:
     """`rebuild_rollups` (all, and --since a day) writes what ingest wrote."""
     ingested = _tables(store)
     assert ingested["job_usage"] and ingested["usage_daily"] and ingested["usage_monthly"]
+    assert ingested["usage_across"]
     # The running job and the ended one whose summary never came: read from raw rows.
     assert [r[1] for r in ingested["usage_unfolded"]] == [900, 901]
     store.rebuild_rollups()
@@ -494,6 +496,7 @@ def test_db_rebuild_rollups_command_rebuilds_them(store: Store) -> None:
     ingested = _tables(store)
     with store.writing("test") as conn:
         conn.execute(sa.delete(usage_unfolded))
+        conn.execute(sa.delete(usage_across))
         conn.execute(sa.delete(usage_monthly))
         conn.execute(sa.delete(usage_daily))
         conn.execute(sa.delete(job_usage))
@@ -539,48 +542,113 @@ def test_a_job_across_both_ends_of_a_period_is_read_once(store: Store) -> None:
     assert not cells.duplicated(["job_id", "restart", "node", "slot_kind", "share"]).any()
 
 
-def test_a_period_from_a_midnight_reads_only_the_jobs_across_its_end(store: Store) -> None:
-    """The jobs across the start of a period of whole days are in `usage_daily`: not read.
+def _job_usage_reads(store: Store) -> Any:
+    """A context that keeps the `job_usage` rows each read of the store returned."""
+    import contextlib
 
-    A job of 20 hours started 5 hours before the month is counted once, with its wait;
-    the report by user (jobs, waits, waste) is that of raw rows.
+    @contextlib.contextmanager
+    def kept() -> Any:
+        seen: list[Any] = []
+
+        def keep(_conn: Any, _cursor: Any, statement: str, params: Any, *_: Any) -> None:
+            if "FROM job_usage" in statement:
+                seen.append((statement, params))
+
+        sa.event.listen(store.engine, "before_cursor_execute", keep)
+        try:
+            yield seen
+        finally:
+            sa.event.remove(store.engine, "before_cursor_execute", keep)
+
+    return kept()
+
+
+def test_a_period_of_whole_days_reads_no_job_across_its_ends(store: Store) -> None:
+    """A month's report reads no job across its ends from `job_usage` (revision 0013).
+
+    The jobs across its start are in `usage_daily`, those across its end in
+    `usage_across`. A job of 20 hours started 5 hours before the month, one of 30 hours
+    started 6 before its end, and one of 40 days across both ends, are each counted once
+    with their waits; every report (by owner, node, GPU model, slot; of the month, and
+    from noon of its first day) is that of raw rows. Without `usage_across` the jobs
+    across the end are not counted at all.
     """
     since, until = WINDOWS["month"]
-    start, rng = since - 5 * H, random.Random(3)
-    store.upsert_jobs(
-        [
-            {
-                "job_id": 950,
-                "user": "u1",
-                "account": "acct0",
-                "partition": "gpu",
-                "job_name": "across",
-                "state": "COMPLETED",
-                "submit_time": start - 2 * H,
-                "start_time": start,
-                "end_time": start + 20 * H,
-                "nodes": "gpu1",
-                "gpus": 1,
-            }
-        ]
-    )
-    store.add_summaries([_summary(950, 0, "gpu1", "GPU-gpu1-0", A100, start, 20 * H, rng)])
+    for job, start, hours in ((950, since - 5 * H, 20), (951, until - 6 * H, 30)):
+        _job_across(store, job, start, start + hours * H)
+    _job_across(store, 952, since - 5 * 24 * H, until + 5 * 24 * H)
     with store.reading("test") as conn:
+        u = job_usage.c
         across = conn.execute(
-            sa.select(sa.func.count())
-            .select_from(job_usage)
-            .where(job_usage.c.start_time < since, job_usage.c.end_time > since)
-            .where(job_usage.c.end_time < until)
+            sa.select(sa.func.count(sa.distinct(u.job_id))).where(
+                u.start_time < until, u.end_time > until
+            )
         ).scalar_one()
-    assert across > 0
-    cells = boundary_cells(store, since, until, since, until)
-    assert len(cells) > 0
-    assert (cells["end_time"] >= until).all()
-    for cost in COSTS:
-        assert_same_report(
-            old_report(store, "user", since, until, cost),
-            new_report(store, "user", since, until, cost),
-        )
+    assert across >= 3
+    with _job_usage_reads(store) as reads:
+        new_report(store, "user", since, until, COSTS[0])
+    with store.reading("test") as conn:
+        for statement, params in reads:
+            for row in conn.exec_driver_sql(statement, params).mappings():
+                assert row["start_time"] >= until, row  # an instant at the end, at most
+    # And from noon of its first day: the jobs started before it are read, 952 too, and
+    # counted once.
+    for a in (since, since + 12 * H):
+        for group in ("user", "account", "node", "gpu_model", "slot"):
+            for cost in (COSTS[0], COSTS[3]):
+                assert_same_report(
+                    old_report(store, group, a, until, cost),
+                    new_report(store, group, a, until, cost),
+                )
+    expected = old_report(store, "account", since, until, COSTS[0]).total["jobs"]
+    with store.writing("test") as conn:
+        conn.execute(sa.delete(usage_across))
+    assert new_report(store, "account", since, until, COSTS[0]).total["jobs"] < expected
+
+
+def test_a_job_across_the_end_counts_where_it_ran_after_a_refold(store: Store) -> None:
+    """A job across the month's end, refolded, is counted where it is now.
+
+    A sacct sync moves it to another account, then ends it before the month's end: its
+    count across the end moves, then goes.
+    """
+    since, until = WINDOWS["month"]
+    _job_across(store, 955, until - 10 * H, until + 10 * H)
+    store.upsert_jobs([{"job_id": 955, "account": "moved"}])
+    report = new_report(store, "account", since, until, COSTS[0])
+    assert "moved" in {r["key"] for r in report.rows}
+    assert_same_report(old_report(store, "account", since, until, COSTS[0]), report)
+    store.upsert_jobs([{"job_id": 955, "end_time": until - 2 * H}])
+    with store.reading("test") as conn:
+        a = usage_across.c
+        assert not conn.execute(sa.select(a.day).where(a.account == "moved")).all()
+    assert_same_report(
+        old_report(store, "account", since, until, COSTS[0]),
+        new_report(store, "account", since, until, COSTS[0]),
+    )
+
+
+def test_upgrade_to_0013_counts_the_jobs_across_each_midnight(store: Store) -> None:
+    """The 0013 upgrade builds `usage_across` as ingest keeps it.
+
+    At 0012 the report reads the jobs across the end one by one; after the upgrade it
+    reads `usage_across`, and the reports are those of raw rows both ways.
+    """
+    ingested = _tables(store)
+    downgrade(store, "0012")
+    since, until = WINDOWS["month"]
+    assert not rollup_reads.counts_across(store)
+    assert_same_report(
+        old_report(store, "account", since, until, COSTS[1]),
+        new_report(store, "account", since, until, COSTS[1]),
+    )
+    store.upgrade()
+    assert rollup_reads.counts_across(store)
+    _approx_tables(ingested, _tables(store))
+    assert_same_report(
+        old_report(store, "gpu_model", since, until, COSTS[1]),
+        new_report(store, "gpu_model", since, until, COSTS[1]),
+    )
 
 
 def test_report_command_says_where_queue_wait_p95_comes_from(store: Store, tmp_path: Path) -> None:

@@ -153,7 +153,8 @@ def upgrade() -> None:
     # The rows stored before this revision, folded as ingest folds new ones.
     from slurm_gpu.store import usage_rollup
 
-    usage_rollup.rebuild(op.get_bind())
+    # Its own tables only: `usage_across` (0013) does not exist yet.
+    usage_rollup.rebuild(op.get_bind(), across=False)
 
 
 def downgrade() -> None:
