@@ -15,13 +15,25 @@
 - `slurm_gpu_collector_connections_total`: connections accepted (agents keep theirs open
   between batches, so this grows with reconnects, not batches);
   `slurm_gpu_collector_open_connections`: connections open now.
+- `slurm_gpu_collector_processes`: collector processes serving ([collector] processes).
+
+With [collector] processes > 1 (collector/processes.py) every process counts into files of
+$PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode, set before it is first
+imported) and /metrics, from whichever process answers, sums them all: the counters and
+histograms of every process, the gauges of the live ones (refreshed each second).
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+# prometheus_client's own variable: set, its values live in files there, one per process.
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 REASONS = (
     "malformed",
@@ -43,6 +55,8 @@ class CollectorMetrics:
     """The collector's counters, in a registry of their own (one per collector)."""
 
     def __init__(self) -> None:
+        self.shared = bool(os.environ.get(MULTIPROC_DIR))
+        self._tracked: list[tuple[Gauge, Callable[[], int]]] = []
         self.registry = CollectorRegistry()
         self.batches = Counter(
             "slurm_gpu_collector_batches",
@@ -66,6 +80,7 @@ class CollectorMetrics:
             "slurm_gpu_collector_queue_depth",
             "Accepted batches waiting for a writer",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.write_seconds = Histogram(
             "slurm_gpu_collector_write_seconds",
@@ -94,15 +109,36 @@ class CollectorMetrics:
             "slurm_gpu_collector_open_connections",
             "Client connections open now (idle or being served)",
             registry=self.registry,
+            multiprocess_mode="livesum",
         )
+        self.processes = Gauge(
+            "slurm_gpu_collector_processes",
+            "Collector processes serving",
+            registry=self.registry,
+            multiprocess_mode="livesum",
+        )
+        self.processes.set(1)
 
     def track_connections(self, count: Callable[[], int]) -> None:
         """Reads the open connections from `count` at each scrape."""
-        self.open_connections.set_function(lambda: float(count()))
+        self._track(self.open_connections, count)
 
     def track_queue(self, depth: Callable[[], int]) -> None:
         """Reads the queue depth from `depth` at each scrape."""
-        self.queue_depth.set_function(lambda: float(depth()))
+        self._track(self.queue_depth, depth)
+
+    def _track(self, gauge: Gauge, value: Callable[[], int]) -> None:
+        if self.shared:  # another process may answer the scrape: `refresh` writes it
+            self._tracked.append((gauge, value))
+            gauge.set(float(value()))
+        else:
+            gauge.set_function(lambda: float(value()))
+
+    def refresh(self, stop: threading.Event, every: float = 1.0) -> None:
+        """Writes the tracked gauges every `every` seconds until `stop` (shared only)."""
+        while not stop.wait(every):
+            for gauge, value in self._tracked:
+                gauge.set(float(value()))
 
     def refused_count(self, reason: str) -> float:
         """How many batches were refused for `reason` so far."""
@@ -112,5 +148,9 @@ class CollectorMetrics:
         return value or 0.0
 
     def text(self) -> bytes:
-        """Every metric in the Prometheus text format."""
-        return generate_latest(self.registry)
+        """Every metric in the Prometheus text format (of every process, when shared)."""
+        if not self.shared:
+            return generate_latest(self.registry)
+        everyone = CollectorRegistry()
+        MultiProcessCollector(everyone)  # type: ignore[no-untyped-call]
+        return generate_latest(everyone)

@@ -87,10 +87,18 @@ class _KeepAliveHTTPServer(HTTPServer):
         metrics: CollectorMetrics,
         idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        super().__init__(address, handler)
+        if listening is None:
+            super().__init__(address, handler)
+        else:  # bound and listening already (collector/processes.py: one port, N processes)
+            super().__init__(address, handler, bind_and_activate=False)
+            self.socket.close()
+            self.socket = listening
+            self.server_address = listening.getsockname()
+            self.server_name, self.server_port = str(address[0]), int(self.server_address[1])
         self.handler_class = handler
         self.workers = workers
         self.metrics = metrics
@@ -287,6 +295,8 @@ class Collector:
         workers: request threads (requests served at once; idle connections hold none).
         idle_timeout: seconds before an idle connection is closed.
         max_connections: connections kept open (default: the file limit, less a margin).
+        listening: a socket bound and listening on `listen` already, to serve instead
+            of binding one (the processes of collector/processes.py share one).
     """
 
     def __init__(
@@ -300,6 +310,7 @@ class Collector:
         workers: int = 32,
         idle_timeout: float = IDLE_TIMEOUT,
         max_connections: int | None = None,
+        listening: socket.socket | None = None,
     ) -> None:
         self.check = check
         self.writer = writer
@@ -314,6 +325,7 @@ class Collector:
             metrics,
             idle_timeout=idle_timeout,
             max_connections=max_connections,
+            listening=listening,
         )
         self._thread: threading.Thread | None = None
         # Called with the job ids of a committed batch's summaries (their AdminComment:

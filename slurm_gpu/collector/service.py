@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Mapping
 
@@ -27,17 +28,18 @@ def slurm_node_addrs(slurm: SlurmClient) -> Callable[[], Mapping[str, str]]:
     return addrs
 
 
-def collector_store(config: Config) -> Store:
+def collector_store(config: Config, pool_size: int | None = None) -> Store:
     """The store of [store] url, its pool [collector] pool_size connections, no more.
 
     One writer thread per connection (`BatchWriter`): the store sees at most pool_size
-    connections from the collector, whatever the number of nodes.
+    connections from the collector, whatever the number of nodes. `pool_size`: a
+    process's share of it (collector/processes.py).
     """
     return Store(
         config.store.url,
         cluster=config.cluster.name,
         echo=config.store.echo_sql,
-        pool_size=config.collector.pool_size,
+        pool_size=pool_size or config.collector.pool_size,
     )
 
 
@@ -47,6 +49,8 @@ def build_collector(
     slurm: SlurmClient | None,
     decoder: MungeDecoder | None = None,
     listen: str | None = None,
+    listening: socket.socket | None = None,
+    pool_size: int | None = None,
 ) -> Collector:
     """A collector over `store` as [collector] says (not started).
 
@@ -58,8 +62,11 @@ def build_collector(
             only the listed nodes may ship).
         decoder: MUNGE (default: libmunge on [collector] munge_socket).
         listen: overrides [collector] listen.
+        listening: a socket bound to it already (a worker of collector/processes.py).
+        pool_size: this process's writers (default [collector] pool_size).
     """
     settings = config.collector
+    writers = pool_size or settings.pool_size
     metrics = CollectorMetrics()
     addresses = NodeAddresses(
         settings.nodes, slurm_node_addrs(slurm) if slurm is not None else None
@@ -72,7 +79,7 @@ def build_collector(
     writer = BatchWriter(
         store,
         metrics,
-        pool_size=settings.pool_size,
+        pool_size=writers,
         group_max_batches=settings.group_max_batches,
         queue_depth=settings.queue_depth,
         retry_after=float(settings.retry_after),
@@ -85,7 +92,8 @@ def build_collector(
         max_batch_bytes=settings.max_batch_bytes,
         health=store.ping,
         # every writer busy and every queue slot taken, plus as many to answer 503 at once
-        workers=settings.pool_size + 2 * settings.queue_depth,
+        workers=writers + 2 * settings.queue_depth,
+        listening=listening,
     )
 
 

@@ -50,6 +50,16 @@ class CollectorSettings:
             above=0,
         ),
     )
+    processes: int = field(
+        default=1,
+        metadata=doc(
+            "Collector processes serving the one port, each with its own write queue and"
+            " a share of pool_size (Python runs one thread at a time per process: one"
+            " process uses about one core). At most pool_size (one less with [node]"
+            " write_admin_comment, whose writer holds a connection of its own).",
+            above=0,
+        ),
+    )
     group_max_batches: int = field(
         default=32,
         metadata=doc(
