@@ -201,8 +201,9 @@ def period_usage(
     first = math.ceil(since / DAY) * DAY
     last = math.floor(until / DAY) * DAY
     whole = first < last
-    # A period ending at a midnight: the counts of the jobs across it are in usage_across.
-    across = whole and last == until and rollup_reads.counts_across(store)
+    # A period ending at a midnight: the counts of the jobs across it are in usage_across
+    # (by owner and place but the node: `report node` reads those jobs one by one).
+    across = whole and last == until and not by_node and rollup_reads.counts_across(store)
     parts: list[pd.DataFrame] = []
     if whole:
         parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
@@ -210,7 +211,7 @@ def period_usage(
     else:
         edges = [(since, until)]
     if across:
-        parts.append(across_counts(store, last, by_node=by_node, weights=weights))
+        parts.append(across_counts(store, last, weights=weights))
     cells = _models_filled(
         boundary_cells(store, since, until, first if whole else None, last, counted_across=across),
         store,
@@ -278,18 +279,16 @@ def rollup_sums(
     return _frame(rows, names, figures)
 
 
-def across_counts(
-    store: Store, midnight: float, *, by_node: bool, weights: Sequence[str]
-) -> pd.DataFrame:
+def across_counts(store: Store, midnight: float, *, weights: Sequence[str]) -> pd.DataFrame:
     """The counts of the jobs running across `midnight` (`usage_across`), as sums rows.
 
-    Per owner and place (the node blank as `rollup_sums` blanks it), their usage 0: it is
-    in the days before and after the midnight.
+    Per owner and place (the node blank as `rollup_sums` blanks it without `by_node`),
+    their usage 0: it is in the days before and after the midnight.
     """
     figures = counted_figures(weights)
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
     span: list[rollup_reads.Span] = [("across", midnight, midnight + DAY)]
-    rows = rollup_reads.summed_usage(store, span, by_node=by_node, figures=figures)
+    rows = rollup_reads.summed_usage(store, span, by_node=False, figures=figures)
     counts = _frame(rows, names, figures)
     zeros = np.zeros((len(counts), len(USAGE_SUMS) + len(USAGE_COUNTS)))
     return pd.concat([counts, pd.DataFrame(zeros, columns=[*USAGE_SUMS, *USAGE_COUNTS])], axis=1)

@@ -53,7 +53,8 @@ def summed_usage(
 
     Each span is a table and [low, high) of its day or month column ("across":
     `usage_across`, its midnights; its figures are counts only). Without `by_node`, rows
-    of a known GPU model are summed over nodes (the node blank).
+    of a known GPU model are summed over nodes (the node blank); `usage_monthly` and
+    `usage_across` keep them so (never `by_node`).
     """
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading the usage rollups") as conn:
@@ -65,14 +66,17 @@ def summed_usage(
             when = t.month if table is usage_monthly else t.day
             node = (
                 t.node
-                if by_node or table is usage_monthly
+                if by_node or table is not usage_daily
                 else usage_rollup.blank_model_node(t).label("node")
             )
             dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
             where = (t.cluster == store.cluster, when >= low, when < high)
-            if table is usage_monthly and usage_rollup.next_month(low) == high:
-                # One month: its rows are one per owner and place already (and summing
-                # them over partitions in SQL would cost more than it saves: SQLite sorts).
+            if (table is usage_monthly and usage_rollup.next_month(low) == high) or (
+                table is usage_across and high - low <= usage_rollup.DAY
+            ):
+                # One month or midnight: its rows are one per owner and place already (and
+                # summing them over partitions in SQL would cost more than it saves:
+                # SQLite sorts).
                 query = sa.select(*dims, *(t[n] for n in figures)).where(*where)
             else:
                 query = (

@@ -534,10 +534,12 @@ usage_daily = _usage_per("usage_daily", "day")
 # `usage_daily` rows. A month's report reads it instead of the month's days.
 usage_monthly = _usage_per("usage_monthly", "month")
 
-# Per UTC midnight (`day`), owner and place: the counts of the jobs running across it
-# (revision 0013): started before it and counted (on their last day with usage) on it or
-# after. A report of whole days to that midnight adds them to its days' counts, so it
-# counts the jobs across its end without reading each one (reports/rollups.py).
+# Per UTC midnight (`day`), owner and place but the node (blank, but for a blank GPU
+# model, as `usage_monthly`): the counts of the jobs running across it (revision 0013),
+# started before it and counted (on their last day with usage) on it or after. A report
+# of whole days to that midnight adds them to its days' counts, so it counts the jobs
+# across its end without reading each one (reports/rollups.py; `report node` still
+# reads them, and its `node_jobs` columns here are not read).
 usage_across = sa.Table(
     "usage_across",
     metadata,

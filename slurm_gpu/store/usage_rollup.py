@@ -17,9 +17,10 @@ reports/usage.py) is folded here, in the transaction that stores the rows it sum
   weight, a log2 histogram per weight).
 - `usage_monthly`: per UTC month, owner and place but the node (kept only where the GPU
   model is blank), the sums of that month's `usage_daily` rows, summed by the database.
-- `usage_across` (revision 0013): per UTC midnight, owner and place, the counts of the
-  jobs running across it (started before it, counted on it or after), as `usage_daily`
-  counts them: a report of whole days adds those of its end (`across_days`).
+- `usage_across` (revision 0013): per UTC midnight, owner and place but the node (as
+  `usage_monthly`), the counts of the jobs running across it (started before it, counted
+  on it or after), as `usage_daily` counts them: a report of whole days adds those of
+  its end (`across_days`).
 
 Only finished jobs are folded: a job with summaries and both a start and an end time. A
 job with no summary yet (running), no start or no end is read from raw rows by the
@@ -330,12 +331,18 @@ def fold_across(
     cells: Iterable[Mapping[str, Any]],
     days: set[float] | None = None,
 ) -> None:
-    """Counts `job_usage` rows into the `usage_across` rows of `out` (by their key)."""
+    """Counts `job_usage` rows into the `usage_across` rows of `out` (by their key).
+
+    The node is blank but where the GPU model is (`blank_model_node`): a report by node
+    reads the jobs across its end one by one instead.
+    """
     for cell in cells:
         for day in across_days(float(cell["start_time"]), float(cell["end_time"])):
             if days is not None and day not in days:
                 continue
-            key = (cell["cluster"], day, *(cell[n] for n in OWNER), *(cell[n] for n in USAGE_PLACE))
+            node = cell["node"] if cell["gpu_model"] == "" else ""  # USAGE_PLACE[0]
+            place = (node, *(cell[n] for n in USAGE_PLACE[1:]))
+            key = (cell["cluster"], day, *(cell[n] for n in OWNER), *place)
             row = out.get(key)
             if row is None:
                 row = out[key] = {**dict(zip(DAILY_KEY, key, strict=True)), **_NO_MEMBERS}

@@ -3,8 +3,9 @@
 A report of whole days counts each folded job on its last day with usage (`usage_daily`);
 the jobs across its end have their last day after it, so the report read each of them
 from `job_usage`: at the end of a month, every job running then. Their counts (weights,
-queue waits, wait histogram) are now kept per midnight, owner and place: the report adds
-those of its end instead. Built here from the rows already folded, kept by every refold,
+queue waits, wait histogram) are now kept per midnight, owner and place but the node (as
+`usage_monthly`): the report adds those of its end instead (`report node` still reads
+the jobs). Built here from the rows already folded, kept by every refold,
 recomputed by `slurm-gpu db rebuild-rollups`.
 
 Revision ID: 0013
