@@ -238,6 +238,7 @@ def collector_config(
     nodes: int,
     pool_size: int,
     queue_depth: int,
+    processes: int = 1,
 ) -> None:
     """The collector's config: every simulated node's credentials come from munged's address."""
     lines = [
@@ -254,6 +255,8 @@ def collector_config(
         f"listen = {json.dumps(listen)}",
         f"pool_size = {pool_size}",
         f"queue_depth = {queue_depth}",
+        # Only when asked: a --source tree before [collector] processes refuses the key.
+        *([f"processes = {processes}"] if processes != 1 else []),
         f"munge_socket = {json.dumps(munge_socket)}",
         "",
         "[collector.nodes]",
@@ -284,7 +287,7 @@ class Cpu:
     def now(cls, collector: int, postgres: int | None, munged: int) -> Cpu:
         """Their CPU seconds so far."""
         return cls(
-            cpu_seconds(collector),
+            children_cpu(collector),  # and its workers ([collector] processes)
             children_cpu(postgres) if postgres else math.nan,
             cpu_seconds(munged) if munged else math.nan,
         )
@@ -535,6 +538,9 @@ def main() -> int:
     )
     parser.add_argument("--queue-depth", type=int, default=None, help="[collector] queue_depth")
     parser.add_argument(
+        "--processes", type=int, default=None, help="[collector] processes (default: the product's)"
+    )
+    parser.add_argument(
         "--pg-url",
         default=None,
         help="use this PostgreSQL server (a fresh database on it, dropped after)"
@@ -579,6 +585,7 @@ def main() -> int:
     defaults = CollectorSettings()
     pool_size = args.pool_size or defaults.pool_size
     queue_depth = args.queue_depth or defaults.queue_depth
+    processes = args.processes or defaults.processes
     heartbeat = heartbeat_mode() if args.cadence == "auto" else args.cadence == "ship-less"
     rows_1x, batches_1x = required_rates(args.nodes, heartbeat, args.change)
     check_templates(lambda body: decode_rows(decode_batch(body)))
@@ -636,7 +643,14 @@ def main() -> int:
         port = free_port()
         config = work / "collector.toml"
         collector_config(
-            config, store_url, f"127.0.0.1:{port}", munge_socket, args.nodes, pool_size, queue_depth
+            config,
+            store_url,
+            f"127.0.0.1:{port}",
+            munge_socket,
+            args.nodes,
+            pool_size,
+            queue_depth,
+            processes,
         )
         log = stack.enter_context(open(work / "collector.log", "wb"))
         profiled = [str(VENV / "bin" / "python"), str(Path(__file__).with_name("profiled.py"))]
@@ -700,8 +714,8 @@ def main() -> int:
             else "activity every tick"
         )
         print(
-            f"scale: {args.nodes} nodes x 8 GPUs, 1 collector (pool_size {pool_size},"
-            f" queue_depth {queue_depth}), PostgreSQL {where},"
+            f"scale: {args.nodes} nodes x 8 GPUs, 1 collector (processes {processes},"
+            f" pool_size {pool_size}, queue_depth {queue_depth}), PostgreSQL {where},"
             f" {args.clients} client process(es); setup {setup:.1f}s"
         )
         print(
