@@ -21,7 +21,8 @@ PACKAGE = ROOT / "slurm_gpu"
 # library -> the paths (relative to the repository) where it may be imported.
 HOMES: dict[str, tuple[str, ...]] = {
     "pynvml": ("slurm_gpu/gpu/",),
-    "subprocess": ("slurm_gpu/slurm/runner.py",),
+    # Slurm's commands; and the collector starting its own worker processes.
+    "subprocess": ("slurm_gpu/slurm/runner.py", "slurm_gpu/collector/processes.py"),
     "sqlalchemy": ("slurm_gpu/store/",),
     "alembic": ("slurm_gpu/store/",),
     "pandas": ("slurm_gpu/reports/",),
