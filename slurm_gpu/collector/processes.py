@@ -81,7 +81,6 @@ class SummaryNotices:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._lock = threading.Lock()
 
     def __call__(self, job_ids: list[int]) -> None:
         """Sends these job ids, in lines of at most LINE_BYTES."""
@@ -96,8 +95,9 @@ class SummaryNotices:
             self._send(line)
 
     def _send(self, line: str) -> None:
-        with self._lock:
-            os.write(self.fd, line.encode() + b"\n")
+        # Under PIPE_BUF (LINE_BYTES): one write, never interleaved with another thread's
+        # or worker's, so no lock.
+        os.write(self.fd, line.encode() + b"\n")
 
 
 def read_notices(fd: int, deliver: Callable[[list[int]], None]) -> None:

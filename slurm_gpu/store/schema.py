@@ -508,8 +508,11 @@ sa.Index(None, job_usage.c.cluster, job_usage.c.start_time, job_usage.c.end_time
 sa.Index(None, job_usage.c.cluster, job_usage.c.user, job_usage.c.end_time)
 
 
-def _usage_per(name: str, period: str) -> sa.Table:
-    """A usage rollup per `period` (a day's or month's first UTC midnight), owner and place."""
+def _usage_per(name: str, period: str, *, sums: bool = True) -> sa.Table:
+    """A usage rollup per `period` (a day's or month's first UTC midnight), owner and place.
+
+    `sums` False: the job counts only (`usage_across`).
+    """
     return sa.Table(
         name,
         metadata,
@@ -519,7 +522,7 @@ def _usage_per(name: str, period: str) -> sa.Table:
         sa.Column("account", sa.String(NAME), nullable=False),
         sa.Column("partition", sa.String(NAME), nullable=False),
         *_place_columns(),
-        *_usage_columns(),
+        *(_usage_columns() if sums else ()),
         *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
         sa.PrimaryKeyConstraint("cluster", period, "user", "account", "partition", *USAGE_PLACE),
     )
@@ -540,18 +543,7 @@ usage_monthly = _usage_per("usage_monthly", "month")
 # of whole days to that midnight adds them to its days' counts, so it counts the jobs
 # across its end without reading each one (reports/rollups.py; `report node` still
 # reads them, and its `node_jobs` columns here are not read).
-usage_across = sa.Table(
-    "usage_across",
-    metadata,
-    sa.Column("cluster", sa.String(NAME), nullable=False),
-    sa.Column("day", sa.Double(), nullable=False, autoincrement=False),
-    sa.Column("user", sa.String(NAME), nullable=False),
-    sa.Column("account", sa.String(NAME), nullable=False),
-    sa.Column("partition", sa.String(NAME), nullable=False),
-    *_place_columns(),
-    *_member_columns((*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)),
-    sa.PrimaryKeyConstraint("cluster", "day", "user", "account", "partition", *USAGE_PLACE),
-)
+usage_across = _usage_per("usage_across", "day", sums=False)
 
 # The jobs of `jobs` that have no `job_usage` row (running, no summary yet, no start or
 # no end: the reports read them from raw rows), kept by every refold, so that a report

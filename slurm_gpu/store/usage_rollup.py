@@ -454,13 +454,13 @@ def _recompute(conn: sa.Connection, cluster: str, slices: Mapping[str, set[float
                 u.end_time >= first,
             ),
         )
-        for day in sorted(days):
-            conn.execute(
-                sa.delete(usage_daily).where(d.cluster == cluster, d.day == day, d.user == user)
-            )
-            conn.execute(
-                sa.delete(usage_across).where(a.cluster == cluster, a.day == day, a.user == user)
-            )
+        stale = sorted(days)
+        conn.execute(
+            sa.delete(usage_daily).where(d.cluster == cluster, d.user == user, d.day.in_(stale))
+        )
+        conn.execute(
+            sa.delete(usage_across).where(a.cluster == cluster, a.user == user, a.day.in_(stale))
+        )
         rows = daily_of(cells, days)
         if rows:
             conn.execute(sa.insert(usage_daily), rows)
@@ -564,14 +564,12 @@ def rebuild(
             stale = stale.where(u.end_time >= since)
             days = days.where(d.day >= day_of(since))
             months = months.where(m.month >= month_of(since))
-        crossed = sa.delete(usage_across).where(a.cluster == name)
-        if since is not None:
-            crossed = crossed.where(a.day >= day_of(since))
         conn.execute(stale)
         conn.execute(days)
         conn.execute(months)
         if across:
-            conn.execute(crossed)
+            crossed = sa.delete(usage_across).where(a.cluster == name)
+            conn.execute(crossed if since is None else crossed.where(a.day >= since))
         ids = [int(i) for (i, _) in conn.execute(query)]
         # Each chunk's rows are folded into the days and let go, and the whole days are
         # written as they close: memory grows with the days a job spans, not with the
