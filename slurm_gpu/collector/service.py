@@ -81,6 +81,7 @@ def build_collector(
         metrics,
         pool_size=writers,
         group_max_batches=settings.group_max_batches,
+        group_wait=float(settings.group_wait),
         queue_depth=settings.queue_depth,
         retry_after=float(settings.retry_after),
     )

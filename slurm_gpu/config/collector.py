@@ -68,6 +68,16 @@ class CollectorSettings:
             above=0,
         ),
     )
+    group_wait: Duration = field(
+        default=Duration(0.02),
+        metadata=doc(
+            "Seconds a group of fewer than group_max_batches waits for more batches"
+            " before it is committed: a batch written alone costs the collector and the"
+            " store several times what it costs in a group. Each agent's answer comes at"
+            " most this much later; 0 commits what is queued at once.",
+            minimum=0,
+        ),
+    )
     queue_depth: int = field(
         default=64,
         metadata=doc(

@@ -20,7 +20,15 @@ from typing import Any
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, JobGpuSummary
+from slurm_gpu.models import (
+    GpuInterval,
+    JobEvent,
+    JobEventKind,
+    JobGpuSummary,
+    Measurement,
+    SlotKind,
+)
+from slurm_gpu.node import outbox
 from slurm_gpu.node.hookfiles import (
     HookFileError,
     parse_binding,
@@ -278,3 +286,32 @@ def test_garbage_outbox_payload_is_a_clear_error(index: int, payload: str) -> No
     Truncated, or another type: never JSONDecodeError or TypeError.
     """
     _decodes_or_clear_error(index, payload)
+
+
+# Every annotation the outbox's models carry (outbox._decode_value's docstring), each
+# alone and optional.
+_HINTS: list[Any] = [str, int, float, bool, JobEventKind, SlotKind, Measurement]
+_HINTS += [hint | None for hint in _HINTS]
+_EDGES = st.sampled_from(
+    [
+        *(None, True, False, 0, 1, -1, 2**63, -(2**63), 2**63 - 1, 1.5, 0.0, -0.0, 1e308, 1e309),
+        *("", "started", "ended", "mig", "gpu", "nvml", "memory-only", "x", "1"),
+        *(float("nan"), float("inf"), -float("inf"), 10**400),
+    ]
+)
+
+
+@fuzz(400)
+@given(st.sampled_from(range(len(_HINTS))), st.one_of(_EDGES, json_values))
+def test_fast_field_decoders_agree_with_the_full_check(index: int, value: Any) -> None:
+    """A value the fast path takes decodes to what the full check gives (value and type).
+
+    The collector decodes every row through the fast path (outbox._plan); any value it
+    does not take goes to the full check, so only what it takes can differ.
+    """
+    hint = _HINTS[index]
+    fast = outbox._fast_decoder(hint)(value)
+    if fast is outbox._SLOW:
+        return
+    full = outbox._decode_value("fuzz", "field", hint, value)
+    assert (type(full), full) == (type(fast), fast) or (full != full and fast != fast)

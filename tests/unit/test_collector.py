@@ -614,6 +614,49 @@ def test_group_is_cut_at_group_max_batches(store: RecordingStore) -> None:
     )  # fmt: skip
 
 
+def staggered_writes(writer: BatchWriter, *batches: DecodedBatch, gap: float) -> list[str]:
+    """Each batch by a caller of its own, `gap` seconds apart, the writers running.
+
+    Returns each caller's answer ("ok" or the refusal's status and reason), in order.
+    """
+    answers = [""] * len(batches)
+
+    def write(index: int) -> None:
+        try:
+            writer.write("gpu1", batches[index])
+            answers[index] = "ok"
+        except Refusal as refusal:
+            answers[index] = f"{refusal.status} {refusal.reason}"
+
+    writer.start()
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(batches))]
+    for thread in threads:
+        thread.start()
+        time.sleep(gap)
+    for thread in threads:
+        thread.join(10)
+    writer.stop()
+    return answers
+
+
+def test_batches_arriving_within_group_wait_are_one_group(store: RecordingStore) -> None:
+    """Idle writers do not split arrivals: what comes within group_wait is one transaction.
+
+    Two writers are free when the first batch comes; without one gatherer at a time, the
+    second batch would go to the other writer, a transaction of its own.
+    """
+    writer = BatchWriter(store, CollectorMetrics(), pool_size=2, group_wait=1.0)
+    answers = staggered_writes(writer, *map(batch_at, (0.0, 60.0, 120.0)), gap=0.05)
+    assert (["ok"] * 3, [[0.0, 60.0, 120.0]]) == (answers, store.groups)
+
+
+def test_group_wait_zero_commits_what_is_queued_at_once(store: RecordingStore) -> None:
+    """group_wait = 0: a lone batch is committed at once, not held for others."""
+    writer = BatchWriter(store, CollectorMetrics(), pool_size=1, group_wait=0.0)
+    answers = staggered_writes(writer, *map(batch_at, (0.0, 60.0)), gap=0.5)
+    assert (["ok"] * 2, [[0.0], [60.0]]) == (answers, store.groups)
+
+
 def test_one_bad_batch_does_not_refuse_the_others(
     store: RecordingStore, caplog: pytest.LogCaptureFixture
 ) -> None:
