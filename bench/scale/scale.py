@@ -474,9 +474,17 @@ class Step:
             f" {self.p50 * 1000:>8.1f} {self.p99 * 1000:>8.1f} {self.lag99 * 1000:>8.1f}"
             f" {self.refused:>5} {self.errors:>4} {conns:>5} {queue:>5.0f}"
             f" {used.collector / s:>5.2f} {used.postgres / s:>5.2f} {used.munged / s:>5.2f}"
-            f" {self.stats.cpu_seconds / s:>5.2f}"
+            f" {self.stats.cpu_seconds / s:>5.2f} {self.collector_us(used):>7.0f}"
             f"  {'yes' if self.holds else 'no'}"
         )
+
+    def collector_us(self, used: Cpu) -> float:
+        """Microseconds of the collector's CPU per batch answered 200 (nan: none was).
+
+        What sizes a head node: one collector process takes about 1e6 / this batches/s
+        per core it gets.
+        """
+        return used.collector / self.stats.ok * 1e6 if self.stats.ok else math.nan
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -771,10 +779,11 @@ def main() -> int:
         header = (
             f"{'x':>6} {'s':>4} {'offered/s':>9} {'rows/s':>9} {'ratio':>6} {'p50 ms':>8}"
             f" {'p99 ms':>8} {'p99 lag':>8} {'503':>5} {'err':>4} {'conns':>5}"
-            f" {'queue':>5} {'coll':>5} {'pg':>5} {'munge':>5} {'cli':>5}  holds"
+            f" {'queue':>5} {'coll':>5} {'pg':>5} {'munge':>5} {'cli':>5} {'coll us':>7}  holds"
         )
         print(header)
         results: dict[float, Step] = {}
+        used_by: dict[float, Cpu] = {}
         max_conns = 0
 
         def measure(multiple: float) -> Step:
@@ -783,6 +792,7 @@ def main() -> int:
             stats, used, conns, queue = run_step(multiple, seconds)
             max_conns = max(max_conns, conns)
             step = Step(multiple, seconds, whole, stats, rows_1x)
+            used_by[multiple] = used
             print(step.line(conns, queue, used), flush=True)
             results[multiple] = step
             return step
@@ -827,7 +837,8 @@ def main() -> int:
             " ship latency (sign + POST + answer); lag = how late the clients sent;"
             " conns = most client connections to the bench's database (pg_stat_activity);"
             " queue = most batches waiting for a writer; coll, pg, munge, cli = cores used by"
-            " the collector, PostgreSQL, munged, the clients"
+            " the collector, PostgreSQL, munged, the clients; coll us = microseconds of the"
+            " collector's CPU per batch answered 200"
         )
         print(
             f"scale: connections to the store: max {max_conns} over the run,"
@@ -844,7 +855,8 @@ def main() -> int:
             f"scale: held {held:g}x production for {best.seconds:.0f}s: {best.rate:,.0f}"
             f" rows/s ({stats.ok / best.seconds:,.0f} batches/s) against {rows_1x:,.0f}"
             f" required; p50 {best.p50 * 1000:.1f} ms, p99 {best.p99 * 1000:.1f} ms;"
-            f" 503s {best.refused}"
+            f" 503s {best.refused}; the collector's CPU {best.collector_us(used_by[held]):,.0f} us"
+            " a batch"
             + (f"; failed at {failed:g}x" if failed else "")
             + (
                 ""
