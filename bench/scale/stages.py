@@ -1,13 +1,14 @@
 """CPU per batch of each stage of the collector's request path, one thread, no HTTP.
 
-Usage: PYTHONPATH=. python bench/scale/stages.py [BATCHES] [--pg-url URL]
+Usage: PYTHONPATH=. python bench/scale/stages.py [BATCHES] [--pg-url URL] [--group N]
 
 Bench batches (load.py, the production cadence's rows) through the collector's own code:
 `decode_batch`, the credential check with this machine's munged (its default socket; the
 process must be root for a uid-0 credential, else `non_root` is reported and the decode
 still timed), `decode_rows` (the agent's decoders) and the digest; with `--pg-url`, the
-store's write too (`Store.write_batches` in groups of GROUP batches, into a fresh
-database on that server, dropped after): the CPU of this process only, PostgreSQL's is
+store's write too (`Store.write_batches` in groups of `--group` batches, 4 by default,
+into a fresh database on that server, dropped after: compare 1 and 32 for what group
+commit saves): the CPU of this process only, PostgreSQL's is
 its own. Prints microseconds of CPU per batch and per row.
 """
 
@@ -29,7 +30,7 @@ from slurm_gpu.collector.wire import Refusal, decode_batch, digest
 from slurm_gpu.munge import Libmunge
 from slurm_gpu.node.shipper import DecodedBatch
 
-GROUP = 4  # batches per transaction: the mean group the bench's collector commits
+GROUP = 4  # batches per transaction by default (--group)
 
 
 def cpu(what: Callable[[], object], times: int) -> float:
@@ -43,7 +44,12 @@ def cpu(what: Callable[[], object], times: int) -> float:
 def main() -> None:
     """Times each stage over the same bench batches and prints the table."""
     args = sys.argv[1:]
+    global GROUP
     pg_url = None
+    if "--group" in args:
+        at = args.index("--group")
+        GROUP = int(args[at + 1])
+        del args[at : at + 2]
     if "--pg-url" in args:
         at = args.index("--pg-url")
         pg_url = args[at + 1]
