@@ -193,6 +193,20 @@ release_stamp() { printf 'suite=%s\nmirror=%s\npackages=%s\n' "$RELEASE_SUITE" "
 
 # build_release_root: $STATE/root with this release's packages, unless it is there already
 # with the same suite and package list.
+# install_debootstrap: scripts/install-deps installs it; this is for a bed brought up
+# without it. The release beds of .ci/run come up side by side: one apt-get at a time
+# (a second one fails at once on dpkg's lock), and the one that waited finds it there.
+install_debootstrap() {
+    local lock=/var/lock/slurm-gpu-apt.lock
+    (
+        flock 8
+        command -v debootstrap >/dev/null 2>&1 && exit 0
+        log "installing debootstrap"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+            { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; }
+    ) 8>"$lock" || die "cannot install debootstrap"
+}
+
 build_release_root() {
     [ -n "$RELEASE_SUITE" ] || return 0
     if [ -f "$RELEASE_ROOT/.slurm-gpu-packages" ] &&
@@ -200,12 +214,7 @@ build_release_root() {
         release_sync_root
         return 0
     fi
-    command -v debootstrap >/dev/null 2>&1 || {
-        log "installing debootstrap"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
-            { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null; } ||
-            die "cannot install debootstrap"
-    }
+    command -v debootstrap >/dev/null 2>&1 || install_debootstrap
     local build="$STATE/root.build" started
     started=$(date +%s)
     log "building a Debian $RELEASE_SUITE root for Slurm $SLURM_RELEASE in $RELEASE_ROOT (once; log: $STATE/log/debootstrap.log)"
