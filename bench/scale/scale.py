@@ -442,9 +442,16 @@ class Step:
     """One step's figures, and whether the collector held it."""
 
     def __init__(
-        self, multiple: float, seconds: float, whole: bool, stats: StepStats, rows_1x: float
+        self,
+        multiple: float,
+        seconds: float,
+        whole: bool,
+        stats: StepStats,
+        rows_1x: float,
+        used: Cpu,
     ) -> None:
         self.multiple, self.seconds, self.whole, self.stats = multiple, seconds, whole, stats
+        self.used = used  # the CPU of what the bench started, over the step
         self.rate = stats.ok_rows / seconds
         self.offered = stats.fresh_rows / seconds
         accepted = stats.ok_rows / stats.fresh_rows if stats.fresh_rows else 0.0
@@ -465,26 +472,26 @@ class Step:
             and self.lag99 <= period
         )
 
-    def line(self, conns: int, queue: float, used: Cpu) -> str:
+    def line(self, conns: int, queue: float) -> str:
         """The step's row of the table."""
-        s = self.seconds
+        s, used = self.seconds, self.used
         ratio = f"{self.ratio:.2f}{'' if self.whole else '*'}"
         return (
             f"{self.multiple:>6g} {s:>4.0f} {self.offered:>9,.0f} {self.rate:>9,.0f} {ratio:>6}"
             f" {self.p50 * 1000:>8.1f} {self.p99 * 1000:>8.1f} {self.lag99 * 1000:>8.1f}"
             f" {self.refused:>5} {self.errors:>4} {conns:>5} {queue:>5.0f}"
             f" {used.collector / s:>5.2f} {used.postgres / s:>5.2f} {used.munged / s:>5.2f}"
-            f" {self.stats.cpu_seconds / s:>5.2f} {self.collector_us(used):>7.0f}"
+            f" {self.stats.cpu_seconds / s:>5.2f} {self.collector_us():>7.0f}"
             f"  {'yes' if self.holds else 'no'}"
         )
 
-    def collector_us(self, used: Cpu) -> float:
+    def collector_us(self) -> float:
         """Microseconds of the collector's CPU per batch answered 200 (nan: none was).
 
         What sizes a head node: one collector process takes about 1e6 / this batches/s
         per core it gets.
         """
-        return used.collector / self.stats.ok * 1e6 if self.stats.ok else math.nan
+        return self.used.collector / self.stats.ok * 1e6 if self.stats.ok else math.nan
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -783,7 +790,6 @@ def main() -> int:
         )
         print(header)
         results: dict[float, Step] = {}
-        used_by: dict[float, Cpu] = {}
         max_conns = 0
 
         def measure(multiple: float) -> Step:
@@ -791,9 +797,8 @@ def main() -> int:
             seconds, whole = step_seconds(multiple, args.hold)
             stats, used, conns, queue = run_step(multiple, seconds)
             max_conns = max(max_conns, conns)
-            step = Step(multiple, seconds, whole, stats, rows_1x)
-            used_by[multiple] = used
-            print(step.line(conns, queue, used), flush=True)
+            step = Step(multiple, seconds, whole, stats, rows_1x, used)
+            print(step.line(conns, queue), flush=True)
             results[multiple] = step
             return step
 
@@ -855,7 +860,7 @@ def main() -> int:
             f"scale: held {held:g}x production for {best.seconds:.0f}s: {best.rate:,.0f}"
             f" rows/s ({stats.ok / best.seconds:,.0f} batches/s) against {rows_1x:,.0f}"
             f" required; p50 {best.p50 * 1000:.1f} ms, p99 {best.p99 * 1000:.1f} ms;"
-            f" 503s {best.refused}; the collector's CPU {best.collector_us(used_by[held]):,.0f} us"
+            f" 503s {best.refused}; the collector's CPU {best.collector_us():,.0f} us"
             " a batch"
             + (f"; failed at {failed:g}x" if failed else "")
             + (

@@ -44,11 +44,10 @@ def cpu(what: Callable[[], object], times: int) -> float:
 def main() -> None:
     """Times each stage over the same bench batches and prints the table."""
     args = sys.argv[1:]
-    global GROUP
-    pg_url = None
+    pg_url, group = None, GROUP
     if "--group" in args:
         at = args.index("--group")
-        GROUP = int(args[at + 1])
+        group = int(args[at + 1])
         del args[at : at + 2]
     if "--pg-url" in args:
         at = args.index("--pg-url")
@@ -84,12 +83,12 @@ def main() -> None:
     total += timed("decode_rows", lambda i: decode_rows(batches[i]))
     if pg_url:
         decoded = [(b.node, decode_rows(b)) for b in batches]
-        total += timed_store(pg_url, decoded, rows)
+        total += timed_store(pg_url, decoded, rows, group)
     print(f"{'total':>14}: {total * 1e6:8.1f} us/batch")
 
 
-def timed_store(url: str, decoded: list[tuple[str, DecodedBatch]], rows: int) -> float:
-    """CPU per batch of Store.write_batches, GROUP batches a transaction, in a fresh database."""
+def timed_store(url: str, decoded: list[tuple[str, DecodedBatch]], rows: int, group: int) -> float:
+    """CPU per batch of Store.write_batches, `group` batches a transaction, in a fresh database."""
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -105,11 +104,11 @@ def timed_store(url: str, decoded: list[tuple[str, DecodedBatch]], rows: int) ->
         cli = [sys.executable, "-m", "slurm_gpu.cli.main", "db", "upgrade", "--url", store_url]
         subprocess.run(cli, check=True, stdout=subprocess.DEVNULL)
         store = Store(store_url, cluster="bench", pool_size=1)
-        groups = [decoded[i : i + GROUP] for i in range(0, len(decoded), GROUP)]
+        groups = [decoded[i : i + group] for i in range(0, len(decoded), group)]
         store.write_batches(groups[0])  # connects, warms up
         started, wall = time.process_time(), time.monotonic()
-        for group in groups[1:]:
-            store.write_batches(group)
+        for batches in groups[1:]:
+            store.write_batches(batches)
         per = (time.process_time() - started) / (len(decoded) - len(groups[0]))
         per_wall = (time.monotonic() - wall) / (len(decoded) - len(groups[0]))
         store.engine.dispose()
@@ -118,7 +117,7 @@ def timed_store(url: str, decoded: list[tuple[str, DecodedBatch]], rows: int) ->
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     print(
         f"{'write_batches':>14}: {per * 1e6:8.1f} us/batch {per * 1e6 * len(decoded) / rows:7.1f}"
-        f" us/row (wall {per_wall * 1e6:.0f} us/batch, {GROUP} batches a transaction)"
+        f" us/row (wall {per_wall * 1e6:.0f} us/batch, {group} batches a transaction)"
     )
     return per
 

@@ -155,13 +155,8 @@ class BatchWriter:
         group = [job]
         deadline = time.monotonic() + self.group_wait
         while len(group) < self.group_max_batches:
-            remaining = deadline - time.monotonic()
-            try:
-                more = (
-                    self._queue.get(timeout=remaining)
-                    if remaining > 0
-                    else self._queue.get_nowait()
-                )
+            try:  # timeout 0: only what is queued already
+                more = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if more is None:
