@@ -30,12 +30,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.ledger import periods, pricing, time
 from slurm_gpu.reports import rollups
-from slurm_gpu.reports.figures import idle_seconds
 from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, fill_models, gpu_rows, stored_jobs
 from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import _fractions, prorated
+from slurm_gpu.reports.sums import priced
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
 from slurm_gpu.store import monthly_reads, queries, rollup_reads, usage_rollup
 
@@ -88,7 +88,7 @@ def month_rows(
     cells = rollups._visible(cells, env.scope, filters)
     cells = rollups._models_filled(cells, store).reset_index(drop=True)
     part = rollups._edge(cells, since, until, closed=True)
-    folded = rollups._priced(part, cost)
+    folded = priced(part, cost)
     if len(folded):
         folded = folded.assign(
             full_seconds=cells.loc[part.index, "gpu_seconds"].to_numpy(dtype=float),
@@ -108,13 +108,18 @@ def month_rows(
     sums = _with_counts(sums)
     if len(sums):
         sums = sums.reset_index(drop=True)
-        idle = idle_seconds(sums)
         gpu = sums["gpu_seconds"].to_numpy(dtype=float)
-        held = sums["cost"].to_numpy(dtype=float)
-        if cost.charge == "effective":
-            held = held + np.nan_to_num(sums["idle_held_cost"].to_numpy(dtype=float))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            idle_cost = np.where(gpu > 0, held * idle / np.where(gpu > 0, gpu, 1.0), 0.0)
+        idle = np.nan_to_num(
+            time.idle(
+                gpu,
+                sums["active_seconds"].to_numpy(dtype=float),
+                sums["missing_seconds"].to_numpy(dtype=float),
+            )
+        )
+        charged = pricing.Charge(
+            sums["cost"].to_numpy(dtype=float), sums["idle_held_cost"].to_numpy(dtype=float)
+        )
+        idle_cost = pricing.idle_cost(charged, gpu, idle)
         sums = sums.assign(idle_seconds=idle, idle_cost=idle_cost)
     return MonthRows(sums, members, bins, jobs)
 
@@ -164,7 +169,13 @@ def _folded_bins(
 
 
 def _job_fraction(jobs: pd.DataFrame, since: float, until: float) -> pd.Series:
-    values = _fractions(jobs["start_time"], jobs["end_time"], since, until, until)
+    values = periods.fractions(
+        pd.to_numeric(jobs["start_time"], errors="coerce").to_numpy(dtype=float, na_value=np.nan),
+        pd.to_numeric(jobs["end_time"], errors="coerce").to_numpy(dtype=float, na_value=np.nan),
+        since,
+        until,
+        until,
+    )
     return pd.Series(np.asarray(values, dtype=float), index=jobs.index)
 
 
@@ -177,14 +188,12 @@ def _unfolded(
         return None
     usage = jobs_usage(env, ids, filters)
     jobs = usage.jobs[list(JOB_FACTS)].assign(job_id=usage.jobs["job_id"].astype("int64"))
-    rows = prorated(usage, since, until, env.now_seconds)
-    rows = rows[rows["fraction"] > 0] if len(rows) else rows
+    raw, rows = rollups.raw_sums(usage, since, until, env.now_seconds, env.config.cost)
     if not len(rows):
         empty = pd.DataFrame(columns=["job_id", "bin", "gpu_seconds", "rows"])
-        return rows.iloc[0:0], pd.DataFrame(columns=rollups.MEMBER_COLUMNS), empty, jobs
-    out = [rollups.sums_row(r) for r in rows.to_dict("records")]
+        return raw, pd.DataFrame(columns=rollups.MEMBER_COLUMNS), empty, jobs
     fraction = rows["fraction"].to_numpy(dtype=float)
-    raw = pd.DataFrame(out).assign(
+    raw = raw.assign(
         job_id=rows["job_id"].to_numpy(dtype="int64"),
         start_time=pd.to_numeric(rows["start_time"], errors="coerce").to_numpy(dtype=float),
         end_time=pd.to_numeric(rows["end_time"], errors="coerce").to_numpy(dtype=float),

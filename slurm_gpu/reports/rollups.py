@@ -31,7 +31,7 @@ equals the old computation up to the order floats are added in.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,8 @@ import pandas as pd
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.ledger import figures as ledger_figures
+from slurm_gpu.ledger import periods, time
 from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
     Unsummarized,
@@ -46,12 +48,11 @@ from slurm_gpu.reports.frames import (
     gpu_rows,
     stored_jobs,
 )
-from slurm_gpu.reports.pricing import add_cost, slot_price_for
-from slurm_gpu.reports.summary import TOTAL, Report, _fractions, _sorted, prorated, slot_groups
+from slurm_gpu.reports.summary import TOTAL, Report, _sorted, prorated, slot_groups
+from slurm_gpu.reports.sums import PRICED, gpu_sums, priced, prorate
 from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select, load_usage
 from slurm_gpu.store import Store, queries, rollup_reads, usage_rollup
 from slurm_gpu.store.schema import (
-    GPM_METRICS,
     MEMBER_WEIGHTS,
     USAGE_COUNTS,
     USAGE_PLACE,
@@ -60,7 +61,7 @@ from slurm_gpu.store.schema import (
     WAIT_HISTOGRAMS,
 )
 
-DAY = usage_rollup.DAY
+DAY = periods.DAY
 FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
 NO_FILTER = JobFilter()
 MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
@@ -222,7 +223,7 @@ def period_usage(
             parts.append(edge.drop(columns=list(MEMBER_WEIGHTS)))
     parts = [p for p in parts if len(p)]
     sums = pd.concat(parts, ignore_index=True) if parts else _empty_sums()
-    sums = _priced(_models_filled(sums, store), cost)
+    sums = priced(_models_filled(sums, store), cost)
     members = _members(cells, since, until, (first, last) if whole else None, counted_across=across)
     raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
     sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
@@ -252,11 +253,11 @@ def has_slot_rows(store: Store, since: float, until: float) -> bool:
 
 def whole_months(first: float, last: float) -> tuple[float, float]:
     """[a, b): the whole UTC months inside the whole days [first, last) (a == b: none)."""
-    month = usage_rollup.month_of(first)
-    a = month if month == first else usage_rollup.next_month(month)
+    month = periods.month_of(first)
+    a = month if month == first else periods.next_month(month)
     b = a
-    while usage_rollup.next_month(b) <= last:
-        b = usage_rollup.next_month(b)
+    while periods.next_month(b) <= last:
+        b = periods.next_month(b)
     return a, b
 
 
@@ -373,7 +374,7 @@ def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFr
         return cells.iloc[0:0]
     start = cells["start_time"].to_numpy(dtype=float)
     end = cells["end_time"].to_numpy(dtype=float)
-    fraction = _fractions(cells["start_time"], cells["end_time"], a, b, b)
+    fraction = periods.fractions(cells["start_time"], cells["end_time"], a, b, b)
     instant = end - start <= 0
     if not closed:  # an instant job at a day's midnight belongs to that day only
         fraction = np.where(instant & (start >= b), 0.0, fraction)
@@ -400,7 +401,7 @@ def _members(
     """
     if not len(cells):
         return pd.DataFrame(columns=MEMBER_COLUMNS)
-    fraction = _fractions(cells["start_time"], cells["end_time"], since, until, until)
+    fraction = periods.fractions(cells["start_time"], cells["end_time"], since, until, until)
     keep = fraction > 0
     if whole is not None:
         start = cells["start_time"].to_numpy(dtype=float)
@@ -416,37 +417,6 @@ def _members(
         dtype=float, na_value=np.nan
     )
     return part.assign(queue_wait=wait)[list(MEMBER_COLUMNS)]
-
-
-def _priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
-    """Rollup sums with `cost` (and `idle_held_cost` under charge "effective")."""
-    sums = sums.copy()
-    if cost is None or not len(sums):
-        sums["cost"] = 0.0
-        sums["idle_held_cost"] = 0.0 if cost is not None and cost.charge == "effective" else np.nan
-        return sums
-    # As object arrays: iterating pandas' string columns boxes every value, slowly.
-    places = (sums[n].to_numpy(dtype=object) for n in ("gpu_model", "mig_profile", "share"))
-    keys = list(zip(*places, strict=True))
-    per_gpu = cost.unit != "gpu_mem_hour"
-    prices = {
-        k: slot_price_for(str(k[0]), cost, float(k[2]), str(k[1]), per_gpu=per_gpu)
-        for k in set(keys)
-    }
-    price = np.array([prices[k] for k in keys], dtype=float)
-    units, unused = {
-        "gpu_hour": ("gpu_seconds", "gpu_unused_seconds"),
-        "gpu_mem_hour": ("mem_gib_seconds", "mem_unused_gib_seconds"),
-    }.get(cost.unit, ("job_hour_seconds", "job_hour_unused_seconds"))
-    held = price * sums[units].to_numpy(dtype=float) / 3600.0
-    if cost.charge == "effective":
-        idle = price * sums[unused].to_numpy(dtype=float) / 3600.0
-        sums["cost"] = held - idle
-        sums["idle_held_cost"] = idle
-    else:
-        sums["cost"] = held
-        sums["idle_held_cost"] = np.nan
-    return sums
 
 
 def _raw_part(
@@ -473,16 +443,49 @@ def _raw_part(
     gpus = gpu_rows(store, wanted, summary_rows, read, unsummarized)
     if not gpus.empty:
         jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
-    gpus = add_cost(fill_models(gpus, store), jobs, cost)
-    rows = prorated(
-        Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True)), since, until, now
-    )
-    rows = rows[rows["fraction"] > 0] if len(rows) else rows
-    if not len(rows):
+    usage = Usage(jobs.reset_index(drop=True), fill_models(gpus, store).reset_index(drop=True))
+    raw, rows = raw_sums(usage, since, until, now, cost)
+    if not len(raw):
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
-    raw = pd.DataFrame([sums_row(r) for r in rows.to_dict("records")])
     members = raw.assign(job_id=rows["job_id"].to_numpy(), queue_wait=rows["queue_wait"].to_numpy())
     return raw, members[list(MEMBER_COLUMNS)]
+
+
+def raw_sums(
+    usage: Usage, since: float, until: float, now: float, cost: CostSettings | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(sums, rows): raw GPU rows as priced sums rows prorated to [since, until].
+
+    sums: owner, place, PRICED; rows: the prorated GPU rows they came from (same order,
+    those with a part inside the period), with their job's facts and queue wait.
+    """
+    rows = prorated(usage, since, until, now)
+    if len(rows):
+        rows = rows[rows["fraction"] > 0]
+    if not len(rows):
+        return pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *PRICED]), rows
+    elapsed = usage.jobs.drop_duplicates("job_id").set_index("job_id")["elapsed_seconds"]
+    # The ledger's sums of the whole rows (as the fold has them), priced, then prorated.
+    whole = gpu_sums(usage.gpus.loc[rows.index], elapsed).reset_index(drop=True)
+    rows = rows.reset_index(drop=True)
+    place = pd.DataFrame(
+        {
+            **{name: rows[name].astype(object).to_numpy() for name in usage_rollup.OWNER},
+            "node": rows["node"].astype(object).to_numpy(),
+            "gpu_model": rows["gpu_model"].astype(object).fillna("").to_numpy(),
+            "slot_kind": rows["slot_kind"].astype(object).fillna("gpu").to_numpy()
+            if "slot_kind" in rows
+            else "gpu",
+            "mig_profile": rows["mig_profile"].astype(object).fillna("").to_numpy()
+            if "mig_profile" in rows
+            else "",
+            "share": pd.to_numeric(rows["share"], errors="coerce").fillna(1.0).to_numpy()
+            if "share" in rows
+            else 1.0,
+        }
+    )
+    sums = prorate(priced(pd.concat([place, whole], axis=1), cost), rows["fraction"].to_numpy())
+    return sums, rows
 
 
 def _visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFrame:
@@ -578,11 +581,13 @@ def _sum_by(codes: np.ndarray, matrix: np.ndarray, n: int) -> np.ndarray:
 
 
 def _idle_hours(summed: np.ndarray, column: dict[str, int]) -> np.ndarray:
-    """`_from_totals`' idle GPU-hours of each row of sums (NaN where unknown)."""
-    gpu = summed[:, column["gpu_seconds"]]
-    measured = gpu - summed[:, column["missing_seconds"]]
-    idle = np.maximum(measured - summed[:, column["active_seconds"]], 0.0) / 3600.0
-    return np.where((gpu > 0) & (measured <= 0), np.nan, idle)
+    """The ledger's idle GPU-hours of each row of sums (NaN where unknown)."""
+    idle = time.idle(
+        summed[:, column["gpu_seconds"]],
+        summed[:, column["active_seconds"]],
+        summed[:, column["missing_seconds"]],
+    )
+    return np.asarray(idle, dtype=float) / 3600.0
 
 
 def summed_columns(weight: str) -> list[str]:
@@ -739,48 +744,8 @@ def _figures(
 def _from_totals(
     total: dict[str, Any], counted: tuple[int, int, float | None, float | None], held_cost: bool
 ) -> dict[str, Any]:
-    """reports/figures.py `Groups.figures` of one group, from its sums (FIGURE_KEYS)."""
-    jobs, users, wait_mean, wait_p95 = counted
-    gpu, missing = float(total["gpu_seconds"]), float(total["missing_seconds"])
-    measured = gpu - missing
-    active: float | None
-    idle: float | None
-    if gpu > 0 and measured <= 0:
-        active = idle = None
-    else:
-        active = float(total["active_seconds"])
-        idle = max(measured - active, 0.0)
-    gpm = float(total["gpm_seconds"])
-    means = {}
-    for m in GPM_METRICS:
-        weight = total[f"{m}_gpm_seconds"]
-        means[f"{m}_mean_percent"] = total[f"{m}_weighted_sum"] / weight if weight > 0 else None
-    sm_weight = total["sm_active_gpm_seconds"]
-    effective = total["sm_active_weighted_sum"] / 100.0 if sm_weight > 0 else None
-    return {
-        "jobs": jobs,
-        "users": users,
-        "gpu_hours": gpu / 3600.0,
-        "gpu_mem_hours": total["mem_gib_seconds"] / 3600.0,
-        "util_mean_percent": total["util_weighted_sum"] / total["util_seconds"]
-        if total["util_seconds"] > 0
-        else None,
-        "active_gpu_hours": None if active is None else active / 3600.0,
-        "idle_gpu_hours": None if idle is None else idle / 3600.0,
-        "idle_percent": 100.0 * idle / gpu if idle is not None and gpu > 0 else None,
-        "missing_gpu_hours": missing / 3600.0,
-        "missing_percent": 100.0 * missing / gpu if gpu > 0 else None,
-        "energy_kwh": total["energy_joules"] / 3.6e6 if total["energy_rows"] > 0 else None,
-        "cost": float(total["cost"]),
-        "queue_wait_mean": wait_mean,
-        "queue_wait_p95": wait_p95,
-        "gpm_gpu_hours": gpm / 3600.0,
-        "gpm_percent": 100.0 * gpm / gpu if gpu > 0 else None,
-        **means,
-        "effective_gpu_hours": None if effective is None else effective / 3600.0,
-        "idle_held_cost": float(total["idle_held_cost"]) if held_cost else None,
-        "physical_gpu_hours": total["physical_seconds"] / 3600.0,
-    }
+    """The ledger's figures of one group, from its sums and counts (FIGURE_KEYS)."""
+    return ledger_figures.figures(total, ledger_figures.Counted(*counted), held_cost)
 
 
 def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.DataFrame:
@@ -795,7 +760,7 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     )
     rows = rollup_reads.settled_usage(store, before, figures)
     names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
-    frame = _priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
+    frame = priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
     if not len(frame):
         return pd.DataFrame(columns=["user", "account", "gpu_seconds", "active_seconds", "cost"])
     return (
@@ -824,16 +789,3 @@ def unfolded_before(store: Store, before: float, cost: CostSettings | None) -> U
     ended = pd.to_numeric(usage.jobs["end_time"], errors="coerce") < before
     jobs = usage.jobs[ended]
     return Usage(jobs, usage.gpus[usage.gpus["job_id"].isin(jobs["job_id"])])
-
-
-def sums_row(r: Mapping[Any, Any]) -> dict[str, Any]:
-    """A prorated raw GPU row (reports/summary.py `prorated`) as a rollup sums row."""
-    sums: dict[str, Any] = usage_rollup.row_sums(r, 0.0)  # prorated already
-    sums["cost"] = float(r.get("cost") or 0.0)
-    sums["idle_held_cost"] = float(r["idle_held_cost"]) if "idle_held_cost" in r else np.nan
-    for name in (*usage_rollup.OWNER, *USAGE_PLACE):
-        value = r.get(name)
-        sums[name] = value if name != "share" else (1.0 if value is None else float(value))
-    sums["slot_kind"] = str(r.get("slot_kind") or "gpu")
-    sums["mig_profile"] = str(r.get("mig_profile") or "")
-    return sums

@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.ledger import periods
 from slurm_gpu.reports.figures import figures, grouped_figures, physical_seconds
 from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
 from slurm_gpu.reports.usage import Usage
@@ -71,7 +72,9 @@ def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFra
         ["user", "account", "partition", "start_time", "end_time", "submit_time"]
     ]
     rows = gpus.join(facts, on="job_id")
-    rows["fraction"] = _fractions(rows["start_time"], rows["end_time"], since, until, now)
+    rows["fraction"] = periods.fractions(
+        _seconds(rows["start_time"]), _seconds(rows["end_time"]), since, until, now
+    )
     for column in (
         "gpu_seconds",
         "active_seconds",
@@ -93,22 +96,6 @@ def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFra
 def _seconds(column: pd.Series) -> np.ndarray:
     """A time column as floats, NaN where unknown (None or NaN)."""
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-
-
-def _fractions(
-    starts: pd.Series, ends: pd.Series, since: float, until: float, now: float
-) -> np.ndarray:
-    """`_fraction` of every row at once."""
-    start = _seconds(starts)
-    end = _seconds(ends)
-    stop = np.where(np.isnan(end), now, end)
-    length = stop - start
-    inside = np.minimum(stop, until) - np.maximum(start, since)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        share = np.minimum(np.maximum(inside / length, 0.0), 1.0)
-    instant = np.where((since <= start) & (start <= until), 1.0, 0.0)
-    out = np.where(length <= 0, instant, share)
-    return np.where(np.isnan(start), 1.0, out)
 
 
 def build_report(

@@ -14,6 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from slurm_gpu.ledger import sums
+
 NODE = 128
 UUID = 96
 NAME = 128
@@ -35,7 +37,7 @@ def _time(name: str, nullable: bool = False) -> sa.Column[float]:
 
 # NVML GPM metrics (revision 0006), in the order of the models' fields: each is a
 # `<metric>_mean_percent` column of intervals and summaries, two sums in the rollup.
-GPM_METRICS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw")
+GPM_METRICS = sums.GPM_METRICS
 
 
 def _gpm_columns() -> list[sa.Column[float]]:
@@ -411,27 +413,9 @@ report_deliveries = sa.Table(
 
 # The sums a report figure is made of (reports/rollups.py), per job and place
 # (`job_usage`) and per day (`usage_daily`, prorated like the reports: by the part of the
-# job inside the day). Clipped as reports/figures.py clips each GPU row: missing at most
-# the GPU-seconds, active at most the measured rest. `energy_rows` counts the summary
-# rows with an energy figure (none: energy unknown); the `*_unused_*` sums are each
-# row's units x its GPM-measured, SM-inactive share (reports/pricing.py unused_share).
-USAGE_SUMS = (
-    "gpu_seconds",
-    "active_seconds",
-    "missing_seconds",
-    "mem_gib_seconds",
-    "energy_joules",
-    "util_weighted_sum",
-    "util_seconds",
-    "physical_seconds",
-    "gpm_seconds",
-    *(f"{m}_{part}" for m in GPM_METRICS for part in ("weighted_sum", "gpm_seconds")),
-    "job_hour_seconds",
-    "gpu_unused_seconds",
-    "mem_unused_gib_seconds",
-    "job_hour_unused_seconds",
-)
-USAGE_COUNTS = ("energy_rows", "summary_rows")
+# job inside the day): slurm_gpu/ledger/sums.py defines them, once for every road.
+USAGE_SUMS = sums.SUMS
+USAGE_COUNTS = sums.COUNTS
 # Who is counted (not prorated): a job counts on the last UTC day it has usage in, split
 # over its rows so that a group holding all its rows counts it once: `jobs` 1/(its rows),
 # for groups by owner; `node_jobs`, `model_jobs`, `slot_jobs` 1/(its rows on that node,

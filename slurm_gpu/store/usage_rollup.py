@@ -34,7 +34,6 @@ rows (`slurm-gpu db rebuild-rollups`).
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,9 +41,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from slurm_gpu.ledger import periods
+from slurm_gpu.ledger.periods import day_fractions, day_of, month_of, next_month
+from slurm_gpu.ledger.sums import ROW_COLUMNS, row_sums
 from slurm_gpu.store.dialect import upsert
 from slurm_gpu.store.schema import (
-    GPM_METRICS,
     MEMBER_WEIGHTS,
     USAGE_COUNTS,
     USAGE_PLACE,
@@ -62,8 +63,9 @@ from slurm_gpu.store.schema import (
     usage_monthly,
     usage_unfolded,
 )
+from slurm_gpu.units import is_known
 
-DAY = 86400.0
+DAY = periods.DAY
 CHUNK = 500
 OWNER = ("user", "account", "partition")
 JOB_KEY = ("cluster", "job_id", "restart", *USAGE_PLACE)
@@ -73,103 +75,31 @@ MEMBERS = (*MEMBER_WEIGHTS, *WAIT_SUMS, *WAIT_HISTOGRAM)
 _NO_MEMBERS = dict.fromkeys(MEMBERS, 0.0)
 
 
-def day_of(t: float) -> float:
-    """The UTC day (POSIX seconds of its midnight) that `t` is in."""
-    return math.floor(t / DAY) * DAY
-
-
-def month_of(t: float) -> float:
-    """The UTC month (POSIX seconds of its first midnight) that `t` is in."""
-    day = dt.datetime.fromtimestamp(t, dt.UTC)
-    return day.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp()
-
-
-def next_month(month: float) -> float:
-    """The UTC month after `month` (a `month_of`)."""
-    first = dt.datetime.fromtimestamp(month, dt.UTC)
-    return (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1).timestamp()
-
-
-def day_fractions(start: float, end: float) -> list[tuple[float, float]]:
-    """(day, part of [start, end] inside it) of every day the job touches.
-
-    The reports' proration (reports/summary.py `_fractions`) for each day: the share of
-    the job's length inside it; a job of no length is whole in the day it starts in.
-    """
-    length = end - start
-    first = day_of(start)
-    if length <= 0:
-        return [(first, 1.0)]
-    out = []
-    day = first
-    while day < end:
-        inside = min(end, day + DAY) - max(start, day)
-        if inside > 0:
-            out.append((day, min(max(inside / length, 0.0), 1.0)))
-        day += DAY
-    return out
-
-
-def _known(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
-def _num(value: Any) -> float:
-    return float(value) if _known(value) else 0.0
-
-
-def _unused_share(gpu: float, gpm: Any, sm: Any) -> float:
-    """reports/pricing.py `unused_share` of one row."""
-    if not _known(gpm) or not _known(sm):
-        return 0.0
-    measured = min(max(float(gpm) / gpu if gpu > 0 else 0.0, 0.0), 1.0)
-    return measured * (1.0 - min(max(float(sm) / 100.0, 0.0), 1.0))
-
-
-def row_sums(row: Mapping[Any, Any], job_hour_seconds: float) -> dict[str, float]:
-    """The `USAGE_SUMS`/`USAGE_COUNTS` of one GPU row (a summary, or a raw-path frame row).
-
-    `job_hour_seconds`: the row's part of its job's elapsed seconds ([cost] unit job_hour:
-    the job's elapsed time shared equally by its GPU rows).
-    """
-    gpu = _num(row.get("gpu_seconds"))
-    missing = min(_num(row.get("missing_seconds")), gpu)
-    active = min(_num(row.get("active_seconds")), gpu - missing)
-    util = row.get("util_mean_percent")
-    energy = row.get("energy_joules")
-    share = _num(row.get("share")) if _known(row.get("share")) else 1.0
-    gpm = _num(row.get("gpm_seconds"))
-    mem = _num(row.get("mem_gib_seconds"))
-    unused = _unused_share(gpu, row.get("gpm_seconds"), row.get("sm_active_mean_percent"))
-    out = {
-        "gpu_seconds": gpu,
-        "active_seconds": active,
-        "missing_seconds": missing,
-        "mem_gib_seconds": mem,
-        "energy_joules": _num(energy),
-        "util_weighted_sum": _num(util) * gpu,
-        "util_seconds": gpu if _known(util) else 0.0,
-        "physical_seconds": gpu * share,
-        "gpm_seconds": gpm,
-        "job_hour_seconds": job_hour_seconds,
-        "gpu_unused_seconds": gpu * unused,
-        "mem_unused_gib_seconds": mem * unused,
-        "job_hour_unused_seconds": job_hour_seconds * unused,
-        "energy_rows": 1 if _known(energy) else 0,
-        "summary_rows": 1,
-    }
-    for m in GPM_METRICS:
-        mean = row.get(f"{m}_mean_percent")
-        out[f"{m}_weighted_sum"] = _num(mean) * gpm
-        out[f"{m}_gpm_seconds"] = gpm if _known(mean) else 0.0
-    return out
-
-
 def _add(into: dict[str, Any], sums: Mapping[str, float], weight: float = 1.0) -> None:
     for name in USAGE_SUMS:
         into[name] = into.get(name, 0.0) + sums[name] * weight
     for name in USAGE_COUNTS:
         into[name] = into.get(name, 0) + int(sums[name])
+
+
+def _summed_rows(
+    folded: Sequence[tuple[int, Mapping[Any, Any], Sequence[Mapping[Any, Any]]]],
+) -> dict[str, list[float]]:
+    """The ledger's sums (`row_sums`) of every summary row of these jobs, in order.
+
+    Computed for all rows at once; each row's job_hour share is its job's elapsed
+    seconds over its rows.
+    """
+    rows = [row for _, _, job_rows in folded for row in job_rows]
+    job_hours = [
+        max(float(job["end_time"]) - float(job["start_time"]), 0.0) / len(job_rows)
+        for _, job, job_rows in folded
+        for _ in job_rows
+    ]
+    if not rows:
+        return {}
+    columns = {name: [row.get(name) for row in rows] for name in ROW_COLUMNS}
+    return {name: v.tolist() for name, v in row_sums(columns, job_hours).items()}
 
 
 def _chunks(values: Sequence[int]) -> Iterable[list[int]]:
@@ -199,12 +129,17 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
             .order_by(s.job_id, s.node, s.gpu_uuid, s.slot_id, s.restart)
         ).mappings():
             summaries[int(r["job_id"])].append(r)
-        for job_id, rows in summaries.items():
-            job = facts.get(job_id)
-            if job is None or job["start_time"] is None or job["end_time"] is None:
-                continue
+        folded = [
+            (job_id, facts[job_id], rows)
+            for job_id, rows in summaries.items()
+            if job_id in facts
+            and facts[job_id]["start_time"] is not None
+            and facts[job_id]["end_time"] is not None
+        ]
+        summed = _summed_rows(folded)
+        at = 0
+        for job_id, job, rows in folded:
             start, end = float(job["start_time"]), float(job["end_time"])
-            per_row = max(end - start, 0.0) / len(rows)
             cells: dict[tuple[Any, ...], dict[str, Any]] = {}
             for row in rows:
                 place = (
@@ -227,7 +162,8 @@ def job_cells(conn: sa.Connection, cluster: str, job_ids: Sequence[int]) -> list
                         "start_time": start,
                         "end_time": end,
                     }
-                _add(cell, row_sums(row, per_row))
+                _add(cell, {name: values[at] for name, values in summed.items()})
+                at += 1
             _weigh(list(cells.values()))
             out.extend(cells.values())
     return out
@@ -276,7 +212,7 @@ def last_day(start: float, end: float) -> float:
 def _count(row: dict[str, Any], cell: Mapping[str, Any]) -> None:
     """Counts the job of `cell` in `row` (its last day's), with its queue wait."""
     submit = cell.get("submit_time")
-    wait = float(cell["start_time"]) - _num(submit) if _known(submit) else None
+    wait = float(cell["start_time"]) - float(submit) if is_known(submit) else None
     for name in MEMBER_WEIGHTS:
         weight = float(cell.get(name) or 0.0)
         row[name] = row.get(name, 0.0) + weight

@@ -27,7 +27,7 @@ HOMES: dict[str, tuple[str, ...]] = {
     "alembic": ("slurm_gpu/store/",),
     "pandas": ("slurm_gpu/reports/",),
     # The store's bulk reads fill numpy arrays straight from the cursor.
-    "numpy": ("slurm_gpu/reports/", "slurm_gpu/store/queries.py"),
+    "numpy": ("slurm_gpu/reports/", "slurm_gpu/ledger/", "slurm_gpu/store/queries.py"),
     "slurm_gpu.cli": ("slurm_gpu/cli/",),
 }
 

@@ -7,7 +7,7 @@ import pytest
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuInterval, JobGpuSummary
-from slurm_gpu.reports.pricing import price_for
+from slurm_gpu.ledger.pricing import price_for
 from slurm_gpu.reports.records import job_records
 from slurm_gpu.reports.summary import build_report, report_fields
 from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
