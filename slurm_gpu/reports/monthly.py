@@ -111,14 +111,9 @@ def build_monthly(
             None: the rollups wherever `monthly_rollups.usable`.
     """
     selection = filters or JobFilter()
-    if from_rollups is None:
-        from_rollups = monthly_rollups.usable(env, selection)
     since, until = month_bounds(month, env.tz)
     now = env.now_seconds
-    if from_rollups:
-        tables = _tables_from_rollups(env, since, until, selection, waste_top)
-    else:
-        tables = _tables_from_raw(env, since, until, selection, waste_top)
+    tables = month_tables(env, since, until, selection, waste_top, from_rollups=from_rollups)
     days, day_starts = _days(since, until, env.tz)
     gpus_per_node = queries.gpus_per_node(env.store)
     shares = _day_shares(tables.spread, tables.full_seconds, day_starts, until, now)
@@ -213,6 +208,42 @@ class Tables:
     efficiency_note: str | None
     slots: list[dict[str, Any]]
     jobs_of: Callable[[Sequence[int]], Usage]
+    statement_of: Callable[[str], AccountPart]
+
+
+@dataclass
+class AccountPart:
+    """One account's part of the month's tables: what its statement says.
+
+    users: the `users` table's records of the account's rows alone (a user of two
+    accounts shows this account's part); total: the account's figures, as its row of
+    the `accounts` table; idle_cost: its idle cost.
+    """
+
+    users: list[dict[str, Any]]
+    total: dict[str, Any]
+    idle_cost: float
+
+
+def month_tables(
+    env: ReportEnv,
+    since: float,
+    until: float,
+    filters: JobFilter,
+    waste_top: int,
+    *,
+    from_rollups: bool | None = None,
+) -> Tables:
+    """The month's tables, from the usage rollups wherever `monthly_rollups.usable`.
+
+    The monthly report and the account statements mailed with it both read these, so a
+    statement's total is its account's row of the report.
+    """
+    if from_rollups is None:
+        from_rollups = monthly_rollups.usable(env, filters)
+    if from_rollups:
+        return _tables_from_rollups(env, since, until, filters, waste_top)
+    return _tables_from_raw(env, since, until, filters, waste_top)
 
 
 def _tables_from_raw(
@@ -261,6 +292,18 @@ def _tables_from_raw(
         efficiency_note=gpm.unmeasured_note(rows, total),
         slots=_slots(rows) if has_slots(rows) else [],
         jobs_of=lambda ids: usage,
+        statement_of=lambda account: _raw_statement(rows, account),
+    )
+
+
+def _raw_statement(rows: pd.DataFrame, account: str) -> AccountPart:
+    """`Tables.statement_of` from prorated GPU rows."""
+    part = rows[rows["account"].astype(str) == account] if len(rows) else rows
+    if not len(part):
+        return AccountPart([], Groups(part).figures()[0][1], 0.0)
+    whole = Groups(part)
+    return AccountPart(
+        _grouped(part, "user"), whole.figures()[0][1], whole.sum("idle_cost", 0, len(part))
     )
 
 
@@ -297,7 +340,21 @@ def _tables_from_rollups(
         efficiency_note=gpm.unmeasured_note(sums, total),
         slots=slots,
         jobs_of=lambda ids: monthly_rollups.job_facts(env, ids, filters, since, until),
+        statement_of=lambda account: _summed_statement(sums, members, account, held),
     )
+
+
+def _summed_statement(
+    sums: pd.DataFrame, members: pd.DataFrame, account: str, held: bool
+) -> AccountPart:
+    """`Tables.statement_of` from the month's sums rows."""
+    part = sums[sums["account"].astype(str) == account] if len(sums) else sums
+    counted = members[members["account"].astype(str) == account] if len(members) else members
+    total = _without_physical(rollups._figures(part, counted, held))
+    if not len(part):
+        return AccountPart([], total, 0.0)
+    users = _summed_groups(part, counted, "user", held)
+    return AccountPart(users, total, float(part["idle_cost"].sum()))
 
 
 def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], list[float]]:

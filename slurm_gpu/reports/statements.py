@@ -20,12 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from slurm_gpu.reports.figures import Groups, idle_seconds
-from slurm_gpu.reports.monthly import MonthlyReport, month_bounds
+from slurm_gpu.reports.monthly import MonthlyReport, month_bounds, month_tables
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import prorated
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.units import is_known
 
@@ -102,33 +98,18 @@ def build_statements(
     """
     wanted = sorted(set(accounts))
     since, until = month_bounds(month, env.tz)
-    rows = prorated(
-        env.usage(since, until, JobFilter(accounts=tuple(wanted)), figures_only=True),
-        since,
-        until,
-        env.now_seconds,
-    )
-    if len(rows):
-        rows = rows[rows["fraction"] > 0]
-    if len(rows):
-        # Idle cost as the monthly report has it: each row's held charge x its idle share.
-        held = rows["cost"] + rows["idle_held_cost"] if "idle_held_cost" in rows else rows["cost"]
-        gpu = rows["gpu_seconds"].astype(float)
-        share = (idle_seconds(rows) / gpu.where(gpu > 0).to_numpy()).astype(float)
-        rows = rows.assign(idle_cost=held.to_numpy(dtype=float) * np.nan_to_num(share))
+    # The tables the monthly report is made of (the same road, the same rows): each
+    # statement's total is its account's row of the report mailed beside it.
+    tables = month_tables(env, since, until, JobFilter(accounts=tuple(wanted)), waste_top=0)
     cost = env.config.cost
     out = {}
     for account in wanted:
-        part = rows[rows["account"] == account] if len(rows) else rows
-        users: list[dict[str, Any]] = []
+        part = tables.statement_of(account)
+        users = [_record(str(r["key"]), r, float(r["idle_cost"])) for r in part.users]
         total: dict[str, Any] = {k: None for k in USER_COLUMNS if k != "user"}
         total.update({"jobs": 0, "gpu_hours": 0.0, "cost": 0.0, "idle_cost": 0.0})
-        if len(part):
-            groups = Groups(part, "user")
-            for (user, figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
-                users.append(_record(str(user), figures, groups.sum("idle_cost", a, b)))
-            whole = Groups(part)
-            total = _record("", whole.figures()[0][1], whole.sum("idle_cost", 0, len(part)))
+        if part.users:
+            total = _record("", part.total, part.idle_cost)
             del total["user"]
         users.sort(key=lambda r: (-(r["gpu_hours"] or 0.0), r["user"]))
         out[account] = Statement(

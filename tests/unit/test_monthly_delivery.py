@@ -30,6 +30,7 @@ from slurm_gpu.models import Action, JobGpuSummary, Verdict
 from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.statements import (
+    USER_COLUMNS,
     Statement,
     build_statements,
     empty_note,
@@ -347,3 +348,54 @@ def test_a_long_list_of_actions_is_cut_in_the_text_and_whole_in_the_csv(store: S
     assert "  ... 15 more in the controller-actions CSV." in text
     csv_name = "statement-2026-11-bio-controller-actions.csv"
     assert 46 == len(statement_files(bio)[csv_name].splitlines())
+
+
+# ------------------------------------------------- statement = the report's account row
+
+
+def add_awkward_jobs(store: Store) -> None:
+    """Jobs whose figures depend on the road: across the month's end, missing time, a
+    running job with no summary yet, two GPU models at two prices."""
+    end = dt.datetime(2026, 12, 1, tzinfo=UTC).timestamp()
+    store.upsert_jobs(
+        [
+            {"job_id": 7, "user": "alice", "account": "physics", "partition": "gpu",
+             "job_name": "across", "state": "COMPLETED", "submit_time": end - 7 * H - 333,
+             "start_time": end - 7 * H / 3, "end_time": end + 5 * H / 7, "nodes": "gpu1",
+             "gpus": 2},
+            {"job_id": 8, "user": "carol", "account": "bio", "partition": "gpu",
+             "job_name": "h100", "state": "COMPLETED", "submit_time": NOV + 50 * H,
+             "start_time": NOV + 50 * H + 17, "end_time": NOV + 53.3 * H, "nodes": "gpu2",
+             "gpus": 1},
+        ]
+    )  # fmt: skip
+    seven = summary(7, "alice", "physics", end - 7 * H / 3, 7 / 3 + 5 / 7, "G1", 33.3)
+    h100 = summary(8, "carol", "bio", NOV + 50 * H + 17, 3.3 - 17 / H, "G9", 12.5)
+    store.add_summaries(
+        [
+            dataclasses.replace(seven, missing_seconds=1234.5, active_seconds=2222.2),
+            dataclasses.replace(seven, gpu_uuid="G2", util_mean_percent=71.7, mem_gib_seconds=9e4),
+            dataclasses.replace(h100, node="gpu2", gpu_model="NVIDIA H100", missing_seconds=77.7),
+        ]
+    )
+
+
+@pytest.mark.parametrize("unit", ["gpu_hour", "gpu_mem_hour", "job_hour"])
+@pytest.mark.parametrize("charge", ["held", "effective"])
+def test_each_statement_total_is_its_accounts_row_of_the_report(
+    store: Store, unit: str, charge: str
+) -> None:
+    """Under every [cost] unit and charge, a statement's total is, figure for figure, its
+    account's row of the monthly report mailed beside it (issue 24: one road)."""
+    add_awkward_jobs(store)
+    cost = CostSettings(prices={"a100": 2.0, "h100": 3.7}, unit=unit, charge=charge)
+    e = dataclasses.replace(env(store), config=dataclasses.replace(env(store).config, cost=cost))
+    report = build_monthly(e, "2026-11")
+    mailed = build_statements(e, "2026-11", ("physics", "bio"), report.actions)
+    figures = [k for k in USER_COLUMNS if k != "user"]
+    for row in report.accounts:
+        stated = mailed[str(row["key"])]
+        assert {k: row[k] for k in figures} == {k: stated.total[k] for k in figures}
+        assert {
+            r["key"]: r["gpu_hours"] for r in report.users if row["key"] in r["account"]
+        }.keys() >= {u["user"] for u in stated.users}
