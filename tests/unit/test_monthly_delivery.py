@@ -354,8 +354,10 @@ def test_a_long_list_of_actions_is_cut_in_the_text_and_whole_in_the_csv(store: S
 
 
 def add_awkward_jobs(store: Store) -> None:
-    """Jobs whose figures depend on the road: across the month's end, missing time, a
-    running job with no summary yet, two GPU models at two prices."""
+    """Add jobs whose figures depend on the road.
+
+    Across the month's end, with missing time, on two GPU models at two prices.
+    """
     end = dt.datetime(2026, 12, 1, tzinfo=UTC).timestamp()
     store.upsert_jobs(
         [
@@ -385,8 +387,10 @@ def add_awkward_jobs(store: Store) -> None:
 def test_each_statement_total_is_its_accounts_row_of_the_report(
     store: Store, unit: str, charge: str
 ) -> None:
-    """Under every [cost] unit and charge, a statement's total is, figure for figure, its
-    account's row of the monthly report mailed beside it (issue 24: one road)."""
+    """A statement's total is its account's row of the report, under every unit and charge.
+
+    Figure for figure, as the monthly report mailed beside it shows it (issue 24).
+    """
     add_awkward_jobs(store)
     cost = CostSettings(prices={"a100": 2.0, "h100": 3.7}, unit=unit, charge=charge)
     e = dataclasses.replace(env(store), config=dataclasses.replace(env(store).config, cost=cost))
