@@ -169,6 +169,11 @@ class GpuInterval:
     share: float = 1.0  # the slot's part of the parent's compute (1: the whole GPU)
     mig_profile: str = ""  # a MIG slice's profile ("1g.10gb"); "" otherwise
     measured_by: Measurement = Measurement.NVML
+    # GPU-memory GiB-seconds of this row, summed piece by piece as the job's summary sums
+    # its `mem_gib_seconds` (issue 24: a job's memory-hours do not jump when its summary
+    # lands). None where the agent did not sum them (an older agent's row, a period open
+    # across the agent's upgrade): read as mem_used_max_bytes x covered_seconds.
+    mem_gib_seconds: float | None = None
 
     @property
     def effective_slot_id(self) -> str:

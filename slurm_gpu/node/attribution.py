@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from slurm_gpu.activity import is_active
 from slurm_gpu.gpu import GpmMetrics, GpuSnapshot
+from slurm_gpu.units import GIB
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,17 @@ class Piece(NamedTuple):
     def seconds(self) -> float:
         """Length of the piece."""
         return self.end - self.start
+
+    @property
+    def mem_gib_seconds(self) -> float:
+        """GPU-memory GiB-seconds the piece is charged: its memory estimate x its length.
+
+        The one definition of a piece's GPU-memory-seconds: the spool adds it both to the
+        piece's shipping period (the interval's `mem_gib_seconds`) and to its run's totals
+        (the summary's), so a job's memory-hours read from its intervals while it runs are
+        those its summary says once it lands (issue 24). An unknown estimate counts 0.
+        """
+        return (self.mem_estimate_bytes or 0) / GIB * (self.end - self.start)
 
 
 def gpm_span(w0: float, w1: float, snapshot: GpuSnapshot) -> tuple[float, float] | None:

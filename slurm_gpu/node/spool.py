@@ -124,6 +124,7 @@ class _PieceRow(NamedTuple):
     ecc: int | None
     unallocated: str
     restart: int
+    mem_gib_seconds: float | None  # None: a period of spool layout 4 (before it was summed)
     gpm_seconds: float = 0.0
     sm_active_psec: float = 0.0
     sm_active_sec: float = 0.0
@@ -274,6 +275,8 @@ _PIECE_SET = " ON CONFLICT(uuid, job_id, restart, period_start) DO UPDATE SET " 
         _summed("covered_seconds"),
         _known("max", "mem_max"),
         "mem_total = coalesce(excluded.mem_total, mem_total)",  # the newest known
+        # Unknown (NULL) stays unknown: a period of layout 4 missed the reads before it.
+        _summed("mem_gib_seconds"),
         _known("+", "power_joules"),
         _summed("power_seconds"),
         _known("+", "energy"),
@@ -451,6 +454,7 @@ class PieceBatch:
         power = piece.power_watts
         power_joules = None if power is None else power * seconds
         gpm = _gpm_terms(piece)
+        mem_gib_seconds = piece.mem_gib_seconds  # the period's and the run's: one value
         self._pieces.append(
             (
                 uuid,
@@ -473,6 +477,7 @@ class PieceBatch:
                 ecc,
                 ",".join(map(str, sorted(unallocated))) if unallocated else "",
                 piece.restart,
+                mem_gib_seconds,
                 *gpm,
             )
         )
@@ -490,7 +495,7 @@ class PieceBatch:
                 piece.util_max,
                 active,
                 piece.mem_used_bytes,  # mem_max
-                (piece.mem_estimate_bytes or 0) / 2**30 * seconds,  # mem_gib_seconds
+                mem_gib_seconds,
                 piece.energy_joules,
                 1,  # readings
                 *gpm,
@@ -886,6 +891,7 @@ class Spool:
                 covered_seconds=r.covered_seconds,
                 mem_used_max_bytes=r.mem_max,
                 mem_total_bytes=r.mem_total,
+                mem_gib_seconds=r.mem_gib_seconds,
                 power_mean_watts=_mean_power(r),
                 energy_joules=r.energy,
                 temperature_max_celsius=r.temp_max,

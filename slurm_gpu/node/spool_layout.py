@@ -8,7 +8,7 @@ released, is never edited: a layout change appends one.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The spool layout this agent writes. Raising it needs a step in `MIGRATIONS`."""
 
 _VERSION_1_TABLES = (
@@ -160,6 +160,12 @@ _VERSION_4_STEP = (
 )""",
 )
 
+# Each open period's GPU-memory GiB-seconds (issue 24), summed as its run's `job_acc` sums
+# them, so an interval carries what its summary will. NULL in a period of version 4, and
+# it stays NULL when later pieces join it (NULL + x): the reads before the upgrade were
+# not summed, and the store reads a NULL as the period's peak x covered seconds.
+_VERSION_5_STEP = ("ALTER TABLE pieces ADD COLUMN mem_gib_seconds REAL",)
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 0 is a new file, or a spool of the releases before versions: they wrote
     # version 1's tables unstamped, creating any that were missing at every open.
@@ -171,6 +177,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # Version 4: GPU slots (issue 14): MIG slices and shares, per-GPU physical totals.
     # Rows of version 3 are whole GPUs and spans hold no shares.
     3: _VERSION_4_STEP,
+    # Version 5: each period's GPU-memory GiB-seconds (issue 24); NULL in periods of 4.
+    4: _VERSION_5_STEP,
 }
 """{version: the statements that bring a spool of that version to the next one}.
 

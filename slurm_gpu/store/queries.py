@@ -29,6 +29,7 @@ from slurm_gpu.store.schema import (
     jobs,
 )
 from slurm_gpu.store.store import Store
+from slurm_gpu.units import GIB
 
 CHUNK = 500  # ids per IN (...) clause: far below every backend's parameter limit
 _Key = TypeVar("_Key", int, str)
@@ -437,7 +438,10 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
     physical GPU and slot; each carries its slot's parent, kind, share, profile and
     measurement.
 
-    GPU-memory GiB-seconds use each interval's peak memory times its covered seconds.
+    GPU-memory GiB-seconds are the agent's per interval, summed as its summaries sum them
+    (revision 0014), so a job's figure does not change when its summary lands; an interval
+    without them (stored before 0014, or shipped by an older agent) counts its peak memory
+    times its covered seconds, as every interval did before.
     The GPM figures (`gpm_seconds`, `sm_active_mean_percent`...) are weighted by each
     interval's GPM seconds, as the agent's summaries are: None where none was measured.
     """
@@ -457,9 +461,7 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
         sa.func.sum(util_seconds).label("ucs"),
         sa.func.max(t.util_max_percent).label("util_max"),
         sa.func.max(t.mem_used_max_bytes).label("mem_max"),
-        sa.func.sum(
-            sa.func.coalesce(t.mem_used_max_bytes, 0) * t.covered_seconds / float(2**30)
-        ).label("mem_gib_seconds"),
+        sa.func.sum(_mem_gib_seconds()).label("mem_gib_seconds"),
         sa.func.sum(t.energy_joules).label("energy"),
         sa.func.count().label("n"),
         sa.func.sum(t.gpm_seconds).label("gpm_seconds"),
@@ -509,6 +511,18 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
 
 
 _SLOT_PARTS = ("gpu_uuid", "slot_kind", "share", "mig_profile", "measured_by")
+
+
+def _mem_gib_seconds() -> sa.ColumnElement[float]:
+    """An interval's GPU-memory GiB-seconds: the agent's, else peak x covered (before 0014).
+
+    NULL `mem_gib_seconds` is a row stored before revision 0014 or shipped by an agent
+    that did not sum them; such a row is read as it was before: its peak memory in use
+    (unknown: 0) times its covered seconds.
+    """
+    t = gpu_intervals.c
+    peak_x_covered = sa.func.coalesce(t.mem_used_max_bytes, 0) * t.covered_seconds / GIB
+    return sa.func.coalesce(t.mem_gib_seconds, peak_x_covered)
 
 
 def _float(value: Any) -> float | None:

@@ -155,6 +155,10 @@ gpu_intervals = sa.Table(
     # Revision 0006: NVML GPM, time-weighted over gpm_seconds of the row.
     *_gpm_columns(),
     *_slot_columns(),  # revision 0009
+    # Revision 0014: the agent's GPU-memory GiB-seconds of the row, summed as its job's
+    # summary sums them (issue 24). NULL in rows stored before it (or shipped by an older
+    # agent): read as mem_used_max_bytes x covered_seconds (queries.interval_totals_for).
+    sa.Column("mem_gib_seconds", sa.Double()),
     sa.PrimaryKeyConstraint("node", "slot_id", "period_start"),
 )
 sa.Index(None, gpu_intervals.c.job_id)

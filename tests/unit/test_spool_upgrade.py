@@ -675,7 +675,8 @@ def test_layout_3_spool_is_upgraded_in_place_its_rows_whole_gpus(from_layout_3: 
     assert (user_version(from_layout_3.path), from_layout_3.backlog()) == (SCHEMA_VERSION, 2)
     assert (span.job_id, span.restart, span.shards, span.shard_kind) == (9, 1, 0, "")
     db = sqlite3.connect(str(from_layout_3.path))
-    slot_columns = [row[1] for row in db.execute("PRAGMA table_info(pieces)")][-5:]
+    columns = [row[1] for row in db.execute("PRAGMA table_info(pieces)")]
+    slot_columns = columns[columns.index("parent") :][:5]  # appended by layout 4
     assert slot_columns == ["parent", "slot_kind", "share", "mig_profile", "measured_by"]
     assert db.execute("SELECT count(*) FROM physical").fetchone() == (0,)
     db.close()
@@ -721,3 +722,111 @@ def test_layout_3_run_totals_become_a_whole_gpu_summary(from_layout_3: Spool) ->
         "nvml",
     )
     assert (summary.gpu_seconds, summary.util_mean_percent) == (90.0, 80.0)
+
+
+# --- layout 4 (GPU slots, issue 14) -> layout 5 (a period's GiB-seconds, issue 24) -------
+
+
+def write_layout_4_spool(path: Path) -> None:
+    """A layout-4 spool: layout 3's rows, with layout 4's released step applied to them.
+
+    Run 1 of job 9 has an open period on GPU-H (T0+60..T0+90, 1 GiB read) and its totals
+    (80 GiB-seconds so far) in `job_acc`.
+    """
+    write_layout_3_spool(path)
+    db = sqlite3.connect(str(path), isolation_level=None)
+    for statement in MIGRATIONS[3]:
+        db.execute(statement)
+    db.execute("PRAGMA user_version = 4")
+    db.close()
+
+
+@pytest.fixture
+def from_layout_4(tmp_path: Path) -> Spool:
+    path = tmp_path / "spool.db"
+    write_layout_4_spool(path)
+    return Spool(path)
+
+
+def job_9_piece(start: float, period_start: float, mem_bytes: int) -> Piece:
+    """Ten seconds of run 1 of job 9 on GPU-H, charged for `mem_bytes`."""
+    return Piece(
+        start=start,
+        end=start + 10,
+        period_start=period_start,
+        job_id=9,
+        restart=1,
+        util_sum=800.0,
+        util_count=10,
+        util_max=80.0,
+        util_min=80.0,
+        active_count=10,
+        mem_used_bytes=mem_bytes,
+        power_watts=None,
+        energy_joules=None,
+        mem_estimate_bytes=mem_bytes,
+    )
+
+
+def test_layout_4_spool_is_upgraded_in_place_its_open_period_unsummed(
+    from_layout_4: Spool,
+) -> None:
+    """Stamped with this version; the period layout 4 left open has no GiB-seconds (NULL)."""
+    db = sqlite3.connect(str(from_layout_4.path))
+    rows = db.execute("SELECT uuid, period_start, mem_gib_seconds FROM pieces").fetchall()
+    db.close()
+    assert (SCHEMA_VERSION, 2, [("GPU-H", T0 + 60, None)]) == (
+        user_version(from_layout_4.path),
+        from_layout_4.backlog(),
+        rows,
+    )
+
+
+def test_layout_4_open_period_stays_unsummed_and_new_periods_carry_their_sum(
+    from_layout_4: Spool,
+) -> None:
+    """After the upgrade, a period layout 4 opened ships None (the store reads peak x covered).
+
+    A read joining it cannot make it whole: its reads before the upgrade were not summed.
+    The next period, opened after the upgrade, ships the GiB-seconds its pieces added to
+    the run's totals (2 GiB x 10 s); the summary has every read: 80 + 1 x 10 + 2 x 10.
+    """
+    with from_layout_4.transaction() as db:
+        Spool.add_piece(db, "GPU-H", "NVIDIA H100", job_9_piece(T0 + 90, T0 + 60, GIB), None,
+                        50.0, 0, ())  # fmt: skip
+        Spool.add_piece(db, "GPU-H", "NVIDIA H100", job_9_piece(T0 + 120, T0 + 120, 2 * GIB),
+                        None, 50.0, 0, ())  # fmt: skip
+        (summary,) = Spool.finish_job(db, "gpu1", 9, {0: "GPU-H"}, restart=1)
+    store = RecordingStore()
+    Shipper(from_layout_4, store, "gpu1").drain()
+
+    sealed = {i.period_start: i.mem_gib_seconds for i in store.intervals if i.job_id == 9}
+    assert ({T0: None, T0 + 60: None, T0 + 120: 20.0}, 110.0) == (
+        sealed,
+        summary.mem_gib_seconds,
+    )
+
+
+def test_new_spool_sums_each_periods_gib_seconds_as_its_runs_totals(tmp_path: Path) -> None:
+    """A period's GiB-seconds are the sum of its pieces' (Piece.mem_gib_seconds), as the run's.
+
+    1 GiB for 10 s then 4 GiB for 10 s in one period: 50 GiB-seconds in the interval and in
+    the summary; not the peak (4 GiB) x the 20 s covered.
+    """
+    spool = Spool(tmp_path / "spool.db")
+    with spool.transaction() as db:
+        Spool.add_span(db, JobSpan(9, 0, T0 + 60, T0 + 80, "alice", "physics", "gpu", 1))
+        Spool.add_piece(db, "GPU-H", "NVIDIA H100", job_9_piece(T0 + 60, T0 + 60, GIB), None,
+                        50.0, 0, ())  # fmt: skip
+        Spool.add_piece(db, "GPU-H", "NVIDIA H100", job_9_piece(T0 + 70, T0 + 60, 4 * GIB),
+                        None, 50.0, 0, ())  # fmt: skip
+        (summary,) = Spool.finish_job(db, "gpu1", 9, {0: "GPU-H"}, restart=1)
+    store = RecordingStore()
+    Shipper(spool, store, "gpu1").drain()
+
+    (interval,) = store.intervals
+    assert (50.0, 50.0, 4 * GIB) == (
+        interval.mem_gib_seconds,
+        summary.mem_gib_seconds,
+        interval.mem_used_max_bytes,
+    )
