@@ -32,7 +32,9 @@ from slurm_gpu.access import (
 from slurm_gpu.access import require_admin as refuse_unless_admin
 from slurm_gpu.config import Config
 from slurm_gpu.errors import StoreError
+from slurm_gpu.reports.quota import quota_used
 from slurm_gpu.reports.service import ReportEnv, open_env
+from slurm_gpu.reports.status import Freshness
 from slurm_gpu.slurm.client import CliSlurmClient
 from slurm_gpu.slurm.runner import SlurmCommands
 from slurm_gpu.store import Store
@@ -159,6 +161,11 @@ class App:
             scope=self.scope,
             clock=self._clock,
         )
+
+    def quota_meter(self, scope: str, unit: str, since: float, until: float, now: float) -> float:
+        """What a [[quota]] scope used, as the bill counts it (reports/quota.py)."""
+        lag = Freshness.of(self.config, now).interval_lag
+        return quota_used(self.store, scope, unit, since, until, now=now, lag=lag)
 
     def close(self) -> None:
         """Release the store's connections, if a store was opened."""

@@ -38,6 +38,7 @@ def run_cmd(app: App, once: bool, dry_run: bool) -> None:
         app.slurm,
         app.store,
         Notifier(config.notify, config.cluster.name or "cluster"),
+        quota_meter=app.quota_meter,
     )
     dry = dry_run or not config.controller.enforce
     if once:

@@ -84,9 +84,7 @@ def util_mean(total: Mapping[str, Any]) -> float | None:
     return float(total["util_weighted_sum"]) / seconds if seconds > 0 else None
 
 
-def figures(
-    total: Mapping[str, Any], counted: Counted, held_cost: bool
-) -> dict[str, Any]:
+def figures(total: Mapping[str, Any], counted: Counted, held_cost: bool) -> dict[str, Any]:
     """The report figures (`FIGURE_KEYS`, and physical GPU-hours) of one group.
 
     Args:
@@ -96,8 +94,8 @@ def figures(
         held_cost: [cost] charge is "effective" (IdleHeldCost is shown).
     """
     gpu, missing = float(total["gpu_seconds"]), float(total["missing_seconds"])
-    active = time.active(gpu, float(total["active_seconds"]), missing)
-    idle = time.idle(gpu, float(total["active_seconds"]), missing)
+    active = float(time.active(gpu, float(total["active_seconds"]), missing))
+    idle = float(time.idle(gpu, float(total["active_seconds"]), missing))
     gpm = float(total["gpm_seconds"])
     effective = effective_seconds(total)
     return {

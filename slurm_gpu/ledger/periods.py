@@ -12,11 +12,14 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 DAY = 86400.0
 
 
-def fractions(start: Any, end: Any, since: float, until: float, now: float) -> Any:
+def fractions(
+    start: Any, end: Any, since: float, until: float, now: float
+) -> npt.NDArray[np.float64]:
     """The share of each job [start, end] inside [since, until] (arrays; NaN: unknown).
 
     Unknown end: the job runs, its end is `now`. Unknown start: 1 (whole).
@@ -30,7 +33,8 @@ def fractions(start: Any, end: Any, since: float, until: float, now: float) -> A
         share = np.minimum(np.maximum(inside / length, 0.0), 1.0)
     instant = np.where((since <= begin) & (begin <= until), 1.0, 0.0)
     out = np.where(length <= 0, instant, share)
-    return np.where(np.isnan(begin), 1.0, out)
+    whole: npt.NDArray[np.float64] = np.where(np.isnan(begin), 1.0, out)
+    return whole
 
 
 def day_of(t: float) -> float:

@@ -22,7 +22,6 @@ once, at its GPUs' prices).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -92,12 +91,12 @@ class Charge(NamedTuple):
     idle_held_cost: Any
 
 
-def charge(price: Any, sums: Mapping[str, Any], cost: CostSettings) -> Charge:
+def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
     """The charge of sums (rows or groups) at `price` per unit of [cost] unit.
 
     Args:
         price: per row, `slot_price_for` of its place.
-        sums: `sums.SUMS` (arrays or numbers).
+        sums: `sums.SUMS` by name (a mapping or frame of arrays or numbers).
         cost: [cost]: its unit and charge.
     """
     units, unused = UNIT_SUMS[cost.unit]

@@ -88,6 +88,9 @@ class CycleReport:
     """Audit rows this cycle put in the local spool instead of the store."""
 
 
+QuotaMeter = Callable[[str, str, float, float, float], float]
+"""(scope, unit, since, until, now) -> what the scope used in [since, until], in unit."""
+
 # Details that make a repeated warning, notice or report a new event: a quota fraction
 # crossed, or other stray processes on a node's GPU.
 _EVENT_IDENTITY = ("fraction", "gpu_uuid", "pids")
@@ -123,7 +126,13 @@ class Controller:
         notifier: Notifier | None = None,
         clock: Callable[[], float] = time.time,
         holder: str | None = None,
+        quota_meter: QuotaMeter | None = None,
     ) -> None:
+        if config.quota and quota_meter is None:
+            # One road for what a quota counts: the bill's (reports/quota.py), given by
+            # the composition root; the controller has no second way to measure it.
+            raise ValueError("[[quota]] rules need a quota meter (slurm_gpu.app App.quota_meter)")
+        self.quota_meter = quota_meter
         self.config = config
         self.slurm = slurm
         self.store = store
@@ -568,7 +577,8 @@ class Controller:
         usage = []
         for rule in self.config.quota:
             start, end = period_bounds(now, rule.period, tz)
-            used = self.control.usage(rule.scope, rule.unit, start, min(end, now))
+            assert self.quota_meter is not None  # __init__ refuses quota rules without one
+            used = self.quota_meter(rule.scope, rule.unit, start, min(end, now), now)
             usage.append(QuotaUsage(rule.scope, rule.unit, rule.period, used, start, end))
         return usage
 

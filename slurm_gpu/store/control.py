@@ -452,55 +452,6 @@ class ControlStore:
 
     # ---- usage for quotas -----------------------------------------------------------
 
-    def usage(self, scope: str, unit: str, start: float, end: float) -> float:
-        """Measured use of "account:NAME" or "user:NAME" in [start, end), in `unit`.
-
-        gpu_hours and gpu_mem_hours (GiB-hours) come from the agents' intervals of the
-        scope's jobs; job_hours from the jobs' run times clipped to the window.
-        """
-        kind, _, name = scope.partition(":")
-        if kind not in ("account", "user"):
-            raise ValueError(f"quota scope must be account:NAME or user:NAME, not {scope!r}")
-        j = jobs.c
-        owner = (j.account if kind == "account" else j.user) == name
-        if unit == "job_hours":
-            run_start = (
-                sa.func.max(j.start_time, start)
-                if self.store.dialect == "sqlite"
-                else sa.func.greatest(j.start_time, start)
-            )
-            run_end_raw = sa.func.coalesce(j.end_time, end)
-            run_end = (
-                sa.func.min(run_end_raw, end)
-                if self.store.dialect == "sqlite"
-                else sa.func.least(run_end_raw, end)
-            )
-            query = sa.select(sa.func.coalesce(sa.func.sum(run_end - run_start), 0.0)).where(
-                j.cluster == self.cluster,
-                owner,
-                j.start_time.is_not(None),
-                j.start_time < end,
-                sa.func.coalesce(j.end_time, end) > start,
-            )
-            scale = 1 / 3600
-        else:
-            i = gpu_intervals.c
-            amount = (
-                i.covered_seconds
-                if unit == "gpu_hours"
-                else sa.func.coalesce(i.mem_used_max_bytes, 0) / float(2**30) * i.covered_seconds
-            )
-            query = (
-                sa.select(sa.func.coalesce(sa.func.sum(amount), 0.0))
-                .select_from(
-                    gpu_intervals.join(jobs, (j.job_id == i.job_id) & (j.cluster == self.cluster))
-                )
-                .where(owner, i.period_start >= start, i.period_start < end)
-            )
-            scale = 1 / 3600
-        with self.store.reading(f"measuring {unit} of {scope}") as conn:
-            return float(conn.execute(query).scalar() or 0.0) * scale
-
     # ---- history ----------------------------------------------------------------------
 
     def jobs_between(self, since: float, until: float) -> list[HistoricJob]:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from slurm_gpu.ledger import periods
 from slurm_gpu.store import usage_rollup
 from slurm_gpu.store.queries import JOB_USAGE_COLUMNS
 from slurm_gpu.store.schema import (
@@ -71,8 +72,8 @@ def summed_usage(
             )
             dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
             where = (t.cluster == store.cluster, when >= low, when < high)
-            if (table is usage_monthly and usage_rollup.next_month(low) == high) or (
-                table is usage_across and high - low <= usage_rollup.DAY
+            if (table is usage_monthly and periods.next_month(low) == high) or (
+                table is usage_across and high - low <= periods.DAY
             ):
                 # One month or midnight: its rows are one per owner and place already (and
                 # summing them over partitions in SQL would cost more than it saves:

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
+from slurm_gpu.app import App
 from slurm_gpu.config import load_config
 from slurm_gpu.policy.quota_periods import cluster_timezone, period_bounds
-from slurm_gpu.store import Store
-from slurm_gpu.store.control import ControlStore
 from tests.integration.controlbed import controllers, write_config
 from tests.integration.testbed import TestBed
 
@@ -32,15 +31,15 @@ action = "{action}"
 
 
 @pytest.fixture(scope="module")
-def control(testbed: TestBed) -> ControlStore:
-    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
-    return ControlStore(Store(config.store.url, cluster=config.cluster.name))
+def control(testbed: TestBed) -> App:
+    return App(load_config(Path(testbed.env["SLURM_GPU_CONFIG"])))
 
 
-def physics_usage(control: ControlStore) -> float:
-    """physics' GPU-hours this month, as the controller measures them."""
-    start, end = period_bounds(time.time(), "month", cluster_timezone(""))
-    return control.usage("account:physics", "gpu_hours", start, end)
+def physics_usage(control: App) -> float:
+    """physics' GPU-hours this month, as the controller measures them (the bill's)."""
+    now = time.time()
+    start, end = period_bounds(now, "month", cluster_timezone(""))
+    return control.quota_meter("account:physics", "gpu_hours", start, min(end, now), now)
 
 
 def quota_config(testbed: TestBed, name: str, limit: float, action: str) -> Path:
@@ -62,7 +61,7 @@ def wait_for(what: str, check: Any, timeout: float = 90) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def burn_physics_gpu_time(testbed: TestBed, control: ControlStore, above: float) -> None:
+def burn_physics_gpu_time(testbed: TestBed, control: App, above: float) -> None:
     """Runs a busy 2-GPU physics job until physics' measured usage passes `above`."""
     job = testbed.submit(
         "alice", "--gres=gpu:2", wrap=testbed.gpu_load("--util", "80", "--seconds", "25")
@@ -79,7 +78,7 @@ def assoc_grp_tres(testbed: TestBed) -> str:
 
 
 @pytest.fixture(scope="module")
-def hold_scenario(testbed: TestBed, control: ControlStore) -> Iterator[dict[str, Any]]:
+def hold_scenario(testbed: TestBed, control: App) -> Iterator[dict[str, Any]]:
     """Budget = current usage + 18 GPU-seconds, then a 50 GPU-second job."""
     used = physics_usage(control)
     over = quota_config(testbed, "quota-hold", round(used + 0.005, 6), "hold")
@@ -124,18 +123,18 @@ def test_other_accounts_jobs_still_start(hold_scenario: dict[str, Any]) -> None:
 
 
 def test_raising_the_budget_releases_the_hold(
-    hold_scenario: dict[str, Any], control: ControlStore
+    hold_scenario: dict[str, Any], control: App
 ) -> None:
     """With the budget raised the hold is gone: a priority again, no admin hold."""
     # Slurm shows "None" until its next scheduling pass re-evaluates the begin time.
     assert hold_scenario["released_reason"] in ("BeginTime", "None")
     assert hold_scenario["priority"] > 0
-    assert control.quota_actions() == []
+    assert control.control.quota_actions() == []
 
 
 @pytest.fixture(scope="module")
 def block_scenario(
-    testbed: TestBed, control: ControlStore, hold_scenario: dict[str, Any]
+    testbed: TestBed, control: App, hold_scenario: dict[str, Any]
 ) -> Iterator[dict[str, str]]:
     """The same budget overrun with action = "block": an association limit."""
     used = physics_usage(control)

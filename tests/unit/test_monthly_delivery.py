@@ -15,6 +15,7 @@ import email.policy
 from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from click.testing import CliRunner, Result
@@ -392,7 +393,9 @@ def test_each_statement_total_is_its_accounts_row_of_the_report(
     Figure for figure, as the monthly report mailed beside it shows it (issue 24).
     """
     add_awkward_jobs(store)
-    cost = CostSettings(prices={"a100": 2.0, "h100": 3.7}, unit=unit, charge=charge)
+    cost = CostSettings(
+        prices={"a100": 2.0, "h100": 3.7}, unit=cast(Any, unit), charge=cast(Any, charge)
+    )
     e = dataclasses.replace(env(store), config=dataclasses.replace(env(store).config, cost=cost))
     report = build_monthly(e, "2026-11")
     mailed = build_statements(e, "2026-11", ("physics", "bio"), report.actions)
