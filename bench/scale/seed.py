@@ -13,7 +13,8 @@ import sys
 
 from load import SimNode, first_rows
 
-from slurm_gpu.node.shipper import DecodedBatch, write_batch
+from slurm_gpu.node import shipper
+from slurm_gpu.node.shipper import DecodedBatch
 from slurm_gpu.store import Store
 
 GROUP = 500  # nodes per transaction
@@ -34,9 +35,9 @@ def main() -> None:
             group.append((node.name, batch))
         if hasattr(store, "write_batches"):
             store.write_batches(group)
-        else:  # a collector before group commit
+        else:  # a collector before group commit: its shipper's per-kind write_batch
             for name, batch in group:
-                write_batch(store, name, batch)
+                shipper.write_batch(store, name, batch)
     store.dispose()
 
 

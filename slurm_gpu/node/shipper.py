@@ -7,11 +7,12 @@ sampler keeps filling the spool; it catches up when the store returns. A row tha
 not decode (a damaged payload, an unknown kind) would fail every retry and block the
 rows behind it: it is moved, whole, to the spool's `quarantine` table instead.
 
-The shipper writes either into a `StoreSink` (the store itself, direct mode) or hands
-each batch's outbox rows, as read, to a `BatchSink` (the collector's client, issue 16);
-the collector decodes them with the same `DecodedBatch` and writes them with the same
-`write_batch`. A sink that is overloaded raises `RetryLater`, whose `retry_after` the
-back-off honours.
+The shipper hands each batch either, decoded, to a `StoreSink` (the store itself, direct
+mode: `Store.write_batches`, one transaction a batch) or, as read, to a `BatchSink` (the
+collector's client, issue 16); the collector decodes it with the same `DecodedBatch` and
+writes it with the same `Store.write_batches`, so both modes write through the store's one
+writer (store/ingest.py). A sink that is overloaded raises `RetryLater`, whose
+`retry_after` the back-off honours.
 """
 
 from __future__ import annotations
@@ -50,42 +51,10 @@ log = logging.getLogger(__name__)
 
 
 class StoreSink(Protocol):
-    """The part of the accounting store the shipper writes to."""
+    """The part of the accounting store the shipper writes to (`Store.write_batches`)."""
 
-    def add_events(self, events: Sequence[JobEvent]) -> int:
-        """Stores job events (idempotent by key); returns how many were new."""
-        ...
-
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
-        """Stores GPU intervals (idempotent); returns how many were new."""
-        ...
-
-    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
-        """Stores physical GPUs' own totals per period (insert-or-ignore); returns new rows."""
-        ...
-
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        """Stores per-job-per-GPU summaries (idempotent); returns how many were new."""
-        ...
-
-    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
-        """Replaces the node's GPU inventory as seen at `seen_at`."""
-        ...
-
-    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
-        """Records the node's GPUs its agent cannot read (and that the others can)."""
-        ...
-
-    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
-        """Replaces running jobs' recent GPU activity; returns rows written."""
-        ...
-
-    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
-        """Drops the activity rows of jobs that are summarized."""
-        ...
-
-    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
-        """Keeps each node's newest heartbeat (never an older one); returns nodes written."""
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        """Writes `(node, batch)` pairs in one transaction (idempotent); returns rows written."""
         ...
 
 
@@ -110,9 +79,10 @@ class RetryLater(SlurmGpuError):
         super().__init__(message)
 
 
-# Events first: a job's row exists before its intervals and summaries arrive.
-# Activity before summaries: a finished job's activity is forgotten once it is summarized.
-# Heartbeats last: one vouches for the activity rows queued before it (store/heartbeats.py).
+# The order store/ingest.py writes a batch in: events first (a job's row exists before
+# its intervals and summaries arrive), activity before summaries (a finished job's
+# activity is forgotten once it is summarized), heartbeats last (one vouches for the
+# activity rows queued before it: store/heartbeats.py).
 _ORDER = {
     "event": 0,
     "inventory": 1,
@@ -162,38 +132,6 @@ class DecodedBatch:
 def sort_rows(rows: list[OutboxRow]) -> None:
     """Puts a batch's rows in the order they are written (events first, summaries last)."""
     rows.sort(key=lambda r: (_ORDER.get(r.kind, 9), r.id))
-
-
-def write_batch(store: StoreSink, node: str, batch: DecodedBatch) -> None:
-    """Writes a decoded batch of `node`'s rows, in the order the store needs them.
-
-    Each kind is its own store transaction, in this order: events, inventory, activity,
-    intervals, physical totals, summaries (and the summarized jobs' activity forgotten),
-    heartbeats last.
-
-    Raises:
-        SlurmGpuError: the store's (StoreError); some kinds may be written already, and a
-            retry writes them again harmlessly (idempotent keys).
-    """
-    if batch.events:
-        store.add_events(batch.events)
-    for devices, seen_at, lost in batch.inventory:
-        store.upsert_inventory(node, devices, seen_at)
-        if lost is not None:
-            store.set_lost_gpus(node, lost)
-    if batch.activity:
-        store.add_activity(batch.activity)
-    if batch.intervals:
-        store.add_intervals(batch.intervals)
-    if batch.physical:
-        store.add_physical_intervals(batch.physical)
-    if batch.summaries:
-        store.add_summaries(batch.summaries)
-        store.forget_activity(sorted({s.job_id for s in batch.summaries}), node)
-    if batch.heartbeats:
-        # After the activity rows: a heartbeat vouches for the rows its tick left standing,
-        # so it is committed only once they are (and after an ended job's are forgotten).
-        store.add_heartbeats(batch.heartbeats)
 
 
 class Shipper:
@@ -263,7 +201,7 @@ class Shipper:
             if good:
                 self.store.ship_batch(self.node, good)
         else:
-            write_batch(self.store, self.node, batch)
+            self.store.write_batches([(self.node, batch)])
         summaries = batch.summaries
         self.spool.delete([r.id for r in good])
         shipped = len(rows) - len(bad)

@@ -10,12 +10,13 @@ import json
 import time as _time_module
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.models import Action, Verdict
+from slurm_gpu.store.database import Database
 from slurm_gpu.store.dialect import insert_ignore
 from slurm_gpu.store.schema import (
     audit_log,
@@ -27,9 +28,6 @@ from slurm_gpu.store.schema import (
     notifications,
     quota_actions,
 )
-
-if TYPE_CHECKING:  # store.py builds `Store.control` from this module
-    from slurm_gpu.store.store import Store
 
 EVERY_POLICY = "all"
 """The audit rows' policy of an exemption from every policy."""
@@ -148,7 +146,7 @@ class ControlStore:
             another.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
         self.cluster = store.cluster
 

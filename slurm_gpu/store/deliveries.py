@@ -11,14 +11,11 @@ public `reading()`/`writing()` transactions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
+from slurm_gpu.store.database import Database
 from slurm_gpu.store.schema import report_deliveries
-
-if TYPE_CHECKING:  # store.py builds `Store.deliveries` from this module
-    from slurm_gpu.store.store import Store
 
 
 @dataclass(frozen=True)
@@ -55,7 +52,7 @@ class DeliveryLog:
             another.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.store = store
         self.cluster = store.cluster
 

@@ -1,23 +1,22 @@
 """`Store`: the accounting store behind one SQLAlchemy engine (SQLite, PostgreSQL, MariaDB).
 
-Every write is one transaction; every SQLAlchemy/DBAPI failure becomes a StoreError that
-names the database (`postgresql://127.0.0.1:5432/slurm_gpu`) and the operation, never the
-password. Ingest is idempotent: re-sending a batch stores nothing twice.
+Every write is one transaction (`Database.writing`); every SQLAlchemy/DBAPI failure
+becomes a StoreError that names the database (`postgresql://127.0.0.1:5432/slurm_gpu`)
+and the operation, never the password. Ingest is idempotent: re-sending a batch stores
+nothing twice; what it writes is `ingest.Ingest`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import alembic.command
 import alembic.config
 import alembic.script
-import alembic.util
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 
@@ -28,21 +27,16 @@ from slurm_gpu.models import (
     GpuInterval,
     GpuPhysicalInterval,
     JobEvent,
-    JobEventKind,
     JobGpuSummary,
     LostGpu,
     NodeHeartbeat,
 )
-from slurm_gpu.store import bulk, convert, heartbeats, rollup, usage_rollup
+from slurm_gpu.store import convert, heartbeats, rollup, usage_rollup
 from slurm_gpu.store.control import ControlStore
+from slurm_gpu.store.database import Database
 from slurm_gpu.store.deliveries import DeliveryLog
-from slurm_gpu.store.dialect import (
-    WRITE,
-    binary_bulk_rows,
-    insert_ignore,
-    sqlite_transactions,
-    upsert,
-)
+from slurm_gpu.store.dialect import upsert
+from slurm_gpu.store.ingest import Ingest, ShippedBatch
 from slurm_gpu.store.rollup import GpuHourly
 from slurm_gpu.store.schema import (
     gpu_activity,
@@ -50,15 +44,10 @@ from slurm_gpu.store.schema import (
     gpu_intervals_hourly,
     gpu_inventory,
     gpu_physical_intervals,
-    job_events,
     job_gpu_summaries,
     job_gpus,
     jobs,
 )
-from slurm_gpu.store.urls import DEFAULT_DRIVERS, EXTRAS, describe_url
-
-if TYPE_CHECKING:
-    from slurm_gpu.node.shipper import DecodedBatch
 
 MIGRATIONS = "slurm_gpu.store:migrations"
 VERSION_TABLE = "slurm_gpu_alembic_version"
@@ -77,22 +66,14 @@ class InventoryEntry:
     lost_reason: str | None = None
 
 
-def _short(exc: BaseException) -> str:
-    # DBAPIError's str() carries the SQL and (unless hidden) its parameters: show the driver's
-    # own message instead, first line only.
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-class Store:
+class Store(Database):
     """The accounting store.
 
     Its methods are the accounting operations, each one transaction. Code beside it in
     this package (`queries`, `control`) runs its own SQL through `reading()` and
-    `writing()`, which give the same transactions and error messages; `control` is
-    the controller's bookkeeping in the same database, `deliveries` what the monthly
-    delivery mailed.
+    `writing()` (`Database`'s), which give the same transactions and error messages;
+    `control` is the controller's bookkeeping in the same database, `deliveries` what
+    the monthly delivery mailed, `ingest` what the shipped rows write.
 
     Args:
         url: SQLAlchemy URL: `sqlite:///PATH`, `postgresql[+psycopg]://...`,
@@ -111,90 +92,8 @@ class Store:
     def __init__(
         self, url: str, cluster: str = "", echo: bool = False, pool_size: int | None = None
     ) -> None:
-        self.cluster = cluster
-        try:
-            parsed = sa.make_url(url)
-        except (sa.exc.ArgumentError, ValueError) as exc:
-            raise StoreError(f"invalid store URL: {_short(exc)}") from None
-        backend = parsed.get_backend_name()
-        if backend not in ("sqlite", "postgresql", "mysql", "mariadb"):
-            raise StoreError(f"unsupported store backend {backend!r} in {describe_url(parsed)}")
-        if parsed.drivername in DEFAULT_DRIVERS:
-            parsed = parsed.set(drivername=f"{backend}+{DEFAULT_DRIVERS[backend]}")
-        self._secret = parsed.password if isinstance(parsed.password, str) else None
-        self.where = describe_url(parsed)
-        pool: dict[str, Any] = {}
-        if pool_size is not None and backend != "sqlite":
-            # Exactly pool_size: a caller past it waits for a free connection (pool_timeout).
-            pool = {"pool_size": pool_size, "max_overflow": 0}
-        try:
-            self.engine = sa.create_engine(
-                parsed,
-                echo=echo,
-                hide_parameters=True,
-                pool_pre_ping=backend != "sqlite",
-                **pool,
-            )
-        except ModuleNotFoundError as exc:
-            hint = f" (pip install 'slurm-gpu[{EXTRAS[backend]}]')" if backend in EXTRAS else ""
-            raise StoreError(f"no database driver for {self.where}: {exc}{hint}") from None
-        except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"cannot use {self.where}: {_short(exc)}") from None
-        self.dialect = self.engine.dialect.name
-        self._compiled: dict[str, tuple[str, tuple[str, ...] | None]] = {}
-        if self.dialect == "sqlite":
-            sqlite_transactions(self.engine)
-        binary_bulk_rows(self.engine)
-
-    # ------------------------------------------------------------------ plumbing
-
-    @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (sa.exc.SQLAlchemyError, alembic.util.CommandError) as exc:
-            message = _short(exc)
-            if self._secret:
-                message = message.replace(self._secret, "***")
-            raise StoreError(f"store {self.where}: {what} failed: {message}") from None
-
-    @contextlib.contextmanager
-    def writing(self, what: str) -> Iterator[sa.Connection]:
-        """One write transaction: committed when the block ends, rolled back on an error.
-
-        SQLite begins it with BEGIN IMMEDIATE, so two writers queue instead of
-        deadlocking on a lock upgrade.
-
-        Args:
-            what: the operation, for the error message ("adding 5 GPU intervals").
-
-        Yields:
-            The connection, inside its transaction.
-
-        Raises:
-            StoreError: any SQLAlchemy, DBAPI or Alembic failure in the block, naming the
-                database and `what` (never the password).
-        """
-        with self._errors(what), self.engine.connect() as conn:
-            conn.execution_options(**{WRITE: True})
-            with conn.begin():
-                yield conn
-
-    @contextlib.contextmanager
-    def reading(self, what: str) -> Iterator[sa.Connection]:
-        """One read transaction: every query in the block sees the same database state.
-
-        Args:
-            what: the operation, for the error message ("reading jobs").
-
-        Yields:
-            The connection, inside its transaction.
-
-        Raises:
-            StoreError: as for `writing`.
-        """
-        with self._errors(what), self.engine.connect() as conn, conn.begin():
-            yield conn
+        super().__init__(url, cluster, echo, pool_size)
+        self.ingest = Ingest(self.engine.dialect, cluster)
 
     @functools.cached_property
     def control(self) -> ControlStore:
@@ -209,23 +108,6 @@ class Store:
     def _sqlite_file(self) -> bool:
         database = self.engine.url.database
         return self.dialect == "sqlite" and bool(database) and database != ":memory:"
-
-    def dispose(self) -> None:
-        """Close every pooled connection (the store stays usable: it reconnects on use)."""
-        self.engine.dispose()
-
-    def __enter__(self) -> Store:
-        """The store itself: `with Store(url) as store:` disposes it at the end."""
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        """Dispose of the pooled connections."""
-        self.dispose()
-
-    def ping(self) -> None:
-        """Raise StoreError unless the database answers `SELECT 1`."""
-        with self.reading("ping") as conn:
-            conn.execute(sa.text("SELECT 1"))
 
     # ------------------------------------------------------------------ schema
 
@@ -272,9 +154,10 @@ class Store:
     def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
         """Store GpuIntervals, one transaction; rows already stored are skipped.
 
-        Uses the dialect's native insert-or-ignore on the key (node, slot_id, period_start)
-        in one executemany (a whole GPU's slot id is its UUID: its key is as before slots;
-        two jobs' shares of one GPU in one period are two rows).
+        Insert-or-ignore on the key (node, slot_id, period_start): COPY through a
+        temporary table on PostgreSQL, the dialect's native insert-or-ignore in one
+        executemany elsewhere (`Ingest.intervals`; a whole GPU's slot id is its UUID: its
+        key is as before slots; two jobs' shares of one GPU in one period are two rows).
 
         Returns:
             The number of rows newly inserted (the drivers' affected-row counts on all
@@ -282,62 +165,23 @@ class Store:
         """
         if not rows:
             return 0
-        params = [convert.interval_to_row(row) for row in rows]
         with self.writing(f"adding {len(rows)} GPU intervals") as conn:
-            return self._insert_ignore(conn, gpu_intervals, params)
+            return self.ingest.intervals(conn, rows)
 
-    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
-        """Write many nodes' decoded batches in one transaction (`bulk.write_batches`).
+    def write_batches(self, batches: Sequence[tuple[str, ShippedBatch]]) -> int:
+        """Write nodes' shipped batches in one transaction (`Ingest.write_batches`).
 
-        What `shipper.write_batch` writes of each, in the same order and with the same
-        idempotent keys, but committed once: a group shipped twice lands once.
+        Both ship modes come here: the agent's direct mode with one batch, the
+        collector with a group. Idempotent keys: a group shipped twice lands once.
 
         Returns:
             The rows written (new events, intervals and physical intervals; activity rows
-            and summaries written).
+            and summaries written; nodes whose heartbeat was offered).
         """
         if not batches:
             return 0
         with self.writing(f"writing {len(batches)} batches") as conn:
-            return bulk.write_batches(self, conn, batches)
-
-    def _insert_ignore(
-        self, conn: sa.Connection, table: sa.Table, params: list[dict[str, Any]]
-    ) -> int:
-        """Insert `params` into `table`, skipping stored keys; the number inserted.
-
-        The Core statement is compiled once per table and handed with the rows straight to
-        the driver's `executemany`, inside the connection's transaction: the columns here
-        need no bind processing, and the drivers' own affected-row counts (which skip
-        ignored duplicates) are exact, whereas SQLAlchemy reports -1 for psycopg's.
-        """
-        sql, order = self._compiled_insert_ignore(table)
-        cursor = conn.connection.cursor()
-        try:
-            if order is None:
-                cursor.executemany(sql, params)
-            else:
-                cursor.executemany(sql, [tuple(row[k] for k in order) for row in params])
-            return max(int(cursor.rowcount), 0)
-        except self.engine.dialect.loaded_dbapi.Error as exc:
-            raise sa.exc.DBAPIError.instance(
-                sql, None, exc, Exception, hide_parameters=True
-            ) from exc
-        finally:
-            cursor.close()
-
-    def _compiled_insert_ignore(self, table: sa.Table) -> tuple[str, tuple[str, ...] | None]:
-        """SQL text of the insert-or-ignore for `table`, and its positional key order."""
-        cached = self._compiled.get(table.name)
-        if cached is None:
-            columns = [c.name for c in table.columns]
-            compiled = insert_ignore(self.dialect, table).compile(
-                dialect=self.engine.dialect, column_keys=columns
-            )
-            positions = compiled.positiontup
-            cached = (str(compiled), tuple(positions) if positions is not None else None)
-            self._compiled[table.name] = cached
-        return cached
+            return self.ingest.write_batches(conn, batches)
 
     def intervals(
         self,
@@ -442,9 +286,8 @@ class Store:
         """
         if not rows:
             return 0
-        params = [convert.physical_to_row(row) for row in rows]
         with self.writing(f"adding {len(rows)} physical GPU intervals") as conn:
-            return self._insert_ignore(conn, gpu_physical_intervals, params)
+            return self.ingest.physical_intervals(conn, rows)
 
     def physical_intervals(
         self,
@@ -486,91 +329,10 @@ class Store:
         if not events:
             return 0
         with self.writing(f"adding {len(events)} job events") as conn:
-            new = self._add_events(conn, events)
+            new = self.ingest.events(conn, events)
             # The jobs' facts changed: their usage rollups follow (revision 0010).
             usage_rollup.refold(conn, self.cluster, sorted({e.job_id for e in events}))
             return new
-
-    def _add_events(self, conn: sa.Connection, events: Sequence[JobEvent]) -> int:
-        """`add_events` in the caller's transaction, but for the rollups (refold after)."""
-        cluster = self.cluster
-        e_ = job_events.c
-        stored = conn.execute(
-            sa.select(e_.job_id, e_.kind, e_.time, e_.restart).where(
-                e_.cluster == cluster, e_.job_id.in_(sorted({e.job_id for e in events}))
-            )
-        ).all()
-        events = convert.assign_runs([tuple(r) for r in stored], events)
-        new = self._insert_ignore(
-            conn,
-            job_events,
-            [convert.event_to_row(e, cluster) for e in events],
-        )
-        gpu_rows = [
-            {
-                "cluster": cluster,
-                "job_id": e.job_id,
-                "node": e.node,
-                "slurm_index": i,
-                "gpu_uuid": "",
-                "slot_id": "",
-                "start": e.time,
-                "end": None,
-                "restart": e.restart,
-            }
-            for e in events
-            if e.kind is JobEventKind.STARTED
-            for i in e.gpu_indices
-        ]
-        if gpu_rows:
-            conn.execute(upsert(self.dialect, job_gpus, [], keep_min=["start"]), gpu_rows)
-        self._set_gpu_ends(conn, {(e.job_id, e.node, e.restart) for e in events})
-        self._merge_jobs(conn, events)
-        return new
-
-    def _set_gpu_ends(self, conn: sa.Connection, runs: set[tuple[int, str, int]]) -> None:
-        # From the stored ended events, so an epilog event that arrived before the prolog's
-        # still ends the GPUs the prolog's event adds; each run's GPUs by that run's epilog.
-        e, g = job_events.c, job_gpus.c
-        ended = (
-            sa.select(sa.func.max(e.time))
-            .where(e.cluster == g.cluster, e.job_id == g.job_id, e.node == g.node)
-            .where(e.restart == g.restart, e.kind == JobEventKind.ENDED.value)
-            .scalar_subquery()
-        )
-        for job_id, node, restart in sorted(runs):
-            conn.execute(
-                sa.update(job_gpus)
-                .where(g.cluster == self.cluster, g.job_id == job_id, g.node == node)
-                .where(g.restart == restart)
-                .values(end=ended)
-            )
-
-    def _merge_jobs(self, conn: sa.Connection, events: Sequence[JobEvent]) -> None:
-        job_ids = sorted({e.job_id for e in events})
-        j, g = jobs.c, job_gpus.c
-        rows: dict[int, dict[str, Any]] = {
-            r["job_id"]: dict(r)
-            for r in conn.execute(
-                sa.select(jobs).where(j.cluster == self.cluster, j.job_id.in_(job_ids))
-            ).mappings()
-        }
-        for event in sorted(events, key=lambda e: (e.time, e.kind.value)):
-            rows[event.job_id] = convert.merge_job_event(rows.get(event.job_id), event)
-        # GPUs held at once: the most of any one run (all nodes), not the sum over runs.
-        gpus: dict[int, int] = {}
-        for job_id, count in conn.execute(
-            sa.select(g.job_id, sa.func.count())
-            .where(g.cluster == self.cluster, g.job_id.in_(job_ids))
-            .group_by(g.job_id, g.restart)
-        ).all():
-            gpus[job_id] = max(gpus.get(job_id, 0), int(count))
-        params = []
-        for job_id in job_ids:
-            row = {name: rows[job_id].get(name) for name in convert.JOB_COLUMNS}
-            row.update(cluster=self.cluster, job_id=job_id, gpus=int(gpus.get(job_id, 0)))
-            params.append(row)
-        conn.execute(upsert(self.dialect, jobs, convert.JOB_COLUMNS), params)
 
     def upsert_jobs(self, rows: Sequence[Mapping[str, Any]]) -> None:
         """Merge job facts (e.g. from sacct) into `jobs`: non-null, non-empty values win.
@@ -662,34 +424,9 @@ class Store:
         if not rows:
             return 0
         with self.writing(f"adding {len(rows)} job GPU summaries") as conn:
-            self._add_summaries(conn, rows)
+            self.ingest.summaries(conn, rows)
             # Folded into the usage rollups in the same transaction (revision 0010).
             usage_rollup.refold(conn, self.cluster, sorted({r.job_id for r in rows}))
-        return len(rows)
-
-    def _add_summaries(self, conn: sa.Connection, rows: Sequence[JobGpuSummary]) -> int:
-        """`add_summaries` in the caller's transaction, but for the rollups (refold after)."""
-        key = ("job_id", "node", "slot_id", "restart")
-        update = [n for n in convert.SUMMARY_FIELDS if n not in key]
-        # A summary's run is that of the job's GPU rows on its node that started with
-        # it (the store told the runs apart where the node's agent could not).
-        g = job_gpus.c
-        runs = {
-            (job_id, node, start): restart
-            for job_id, node, start, restart in conn.execute(
-                sa.select(g.job_id, g.node, g.start, g.restart).where(
-                    g.cluster == self.cluster, g.job_id.in_(sorted({r.job_id for r in rows}))
-                )
-            ).all()
-        }
-        rows = [
-            replace(r, restart=max(r.restart, runs.get((r.job_id, r.node, r.start), 0)))
-            for r in rows
-        ]
-        conn.execute(
-            upsert(self.dialect, job_gpu_summaries, update),
-            [convert.summary_to_row(r, self.cluster) for r in rows],
-        )
         return len(rows)
 
     def job_summaries(self, job_id: int) -> list[JobGpuSummary]:
@@ -710,23 +447,7 @@ class Store:
         if not devices:
             return
         with self.writing(f"updating the GPU inventory of {node}") as conn:
-            self._upsert_inventory(conn, node, devices, seen_at)
-
-    def _upsert_inventory(
-        self, conn: sa.Connection, node: str, devices: Sequence[GpuDevice], seen_at: float
-    ) -> None:
-        update = [
-            "model",
-            "minor",
-            "nvml_index",
-            "pci_bus_id",
-            "memory_total_bytes",
-            "gpm_supported",
-        ]
-        stmt = upsert(
-            self.dialect, gpu_inventory, update, keep_min=["first_seen"], keep_max=["last_seen"]
-        )
-        conn.execute(stmt, [convert.device_to_row(node, d, seen_at) for d in devices])
+            self.ingest.inventory(conn, node, devices, seen_at)
 
     def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
         """Record which of `node`'s GPUs its agent cannot read; every other one can.
@@ -735,22 +456,7 @@ class Store:
         the UUID (a GPU gres.conf lists that NVML did not show at the agent's start).
         """
         with self.writing(f"recording the lost GPUs of {node}") as conn:
-            self._set_lost_gpus(conn, node, lost)
-
-    def _set_lost_gpus(self, conn: sa.Connection, node: str, lost: Sequence[LostGpu]) -> None:
-        i = gpu_inventory.c
-        conn.execute(
-            gpu_inventory.update()
-            .where(i.node == node, i.lost_since.is_not(None))
-            .values(lost_since=None, lost_reason=None)
-        )
-        for gpu in lost:
-            which = i.uuid == gpu.uuid if gpu.uuid else i.minor == gpu.minor
-            conn.execute(
-                gpu_inventory.update()
-                .where(i.node == node, which)
-                .values(lost_since=gpu.since, lost_reason=gpu.reason[:255])
-            )
+            self.ingest.lost_gpus(conn, node, lost)
 
     def inventory(self, node: str | None = None) -> list[InventoryEntry]:
         """GPUs seen, ordered by node and NVML index."""
@@ -782,36 +488,7 @@ class Store:
         if not rows:
             return 0
         with self.writing(f"adding {len(rows)} GPU activity rows") as conn:
-            return self._add_activity(conn, rows)
-
-    def _add_activity(self, conn: sa.Connection, rows: Sequence[GpuActivity]) -> int:
-        conn.execute(
-            self._activity_upsert, [convert.activity_to_row(r, self.cluster) for r in rows]
-        )
-        return len(rows)
-
-    @functools.cached_property
-    def _activity_upsert(self) -> sa.Insert:
-        # Built once: every tick of every node writes activity, and building the statement
-        # costs more than executing it (~1 ms).
-        fields = (
-            "slurm_index",
-            "start",
-            "last_reading",
-            "util_recent_percent",
-            "mem_used_bytes",
-            "process_count",
-            "measured_since",
-            "sm_active_recent_percent",
-            "gpu_uuid",
-            "slot_kind",
-            "share",
-            "mig_profile",
-            "measured_by",
-        )
-        return upsert(
-            self.dialect, gpu_activity, fields, keep_max=("last_active", "last_sm_active")
-        )
+            return self.ingest.activity(conn, rows)
 
     def activity(self, job_ids: Sequence[int] | None = None) -> list[GpuActivity]:
         """Newest activity per job and GPU slot (of `job_ids`, or of every job).
@@ -840,7 +517,7 @@ class Store:
         if not rows:
             return 0
         with self.writing(f"adding {len(rows)} node heartbeats") as conn:
-            return heartbeats.write_heartbeats(conn, self.cluster, rows)
+            return self.ingest.heartbeats(conn, rows)
 
     def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
         """Drop finished jobs' activity rows (their summaries now hold the record).
@@ -851,13 +528,4 @@ class Store:
         """
         if job_ids:
             with self.writing("removing finished jobs' activity") as conn:
-                self._forget_activity(conn, job_ids, node)
-
-    def _forget_activity(
-        self, conn: sa.Connection, job_ids: Sequence[int], node: str | None = None
-    ) -> None:
-        a = gpu_activity.c
-        where = [a.cluster == self.cluster, a.job_id.in_(list(job_ids))]
-        if node is not None:
-            where.append(a.node == node)
-        conn.execute(gpu_activity.delete().where(*where))
+                self.ingest.forget_activity(conn, job_ids, node)

@@ -1,12 +1,15 @@
-"""Store.write_batches: many nodes' batches in one transaction, as write_batch stores them.
+"""Store.write_batches (store/ingest.py): the one writer of both ship modes.
 
 On SQLite, PostgreSQL (COPY into a temporary table) and MariaDB (multi-row INSERT IGNORE):
-the same batches written one kind at a time (`shipper.write_batch`) and as one group leave
-every table identical, the usage rollups included; a group written twice lands once.
+the same batches written one kind at a time (the store's single-kind methods), one batch a
+transaction (the direct shipper) and as one group (the collector) leave every table
+identical, the usage rollups included; a group written twice lands once; a batch that
+fails leaves nothing of itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ import sqlalchemy as sa
 
 from slurm_gpu.collector.service import collector_store
 from slurm_gpu.config import read_config
+from slurm_gpu.errors import StoreError
 from slurm_gpu.models import (
     GpuActivity,
     GpuDevice,
@@ -28,7 +32,7 @@ from slurm_gpu.models import (
     LostGpu,
     NodeHeartbeat,
 )
-from slurm_gpu.node.shipper import DecodedBatch, write_batch
+from slurm_gpu.node.shipper import DecodedBatch
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import ALL_TABLES, job_usage
 from tests.store.conftest import PG_URL, _server_database
@@ -140,10 +144,26 @@ def empty(store: Store) -> None:
             conn.execute(sa.delete(table))
 
 
+def write_per_kind(store: Store, node: str, batch: DecodedBatch) -> None:
+    """The batch one kind a transaction, through the store's single-kind methods."""
+    store.add_events(batch.events)
+    for devices_seen, seen_at, lost in batch.inventory:
+        store.upsert_inventory(node, devices_seen, seen_at)
+        if lost is not None:
+            store.set_lost_gpus(node, lost)
+    store.add_activity(batch.activity)
+    store.add_intervals(batch.intervals)
+    store.add_physical_intervals(batch.physical)
+    if batch.summaries:
+        store.add_summaries(batch.summaries)
+        store.forget_activity(sorted({s.job_id for s in batch.summaries}), node)
+    store.add_heartbeats(batch.heartbeats)
+
+
 def test_group_stores_what_per_kind_writes_store(store: Store) -> None:
-    """Per kind (write_batch each) and in one group: every table alike, rollups included."""
+    """Per kind (a transaction each) and in one group: every table alike, rollups included."""
     for node, batch in batches():
-        write_batch(store, node, batch)
+        write_per_kind(store, node, batch)
     per_kind = contents(store)
     empty(store)
     written = store.write_batches(batches())
@@ -167,6 +187,26 @@ def test_group_stores_what_per_kind_writes_store(store: Store) -> None:
     # new events, intervals, physical intervals; activity rows, summaries upserted; nodes
     # whose heartbeat was offered
     assert 6 + 80 + 80 + 24 + 16 + 2 == written
+
+
+def test_one_batch_a_transaction_stores_what_the_group_stores(store: Store) -> None:
+    """The direct shipper's writes (a batch at a time) leave every table as the group's."""
+    for node, batch in batches():
+        store.write_batches([(node, batch)])
+    alone = contents(store)
+    empty(store)
+    store.write_batches(batches())
+    assert alone == contents(store)
+
+
+def test_a_failing_batch_leaves_nothing_of_itself(store: Store) -> None:
+    """A batch whose summary breaks NOT NULL fails whole: its event is not stored either."""
+    node, batch = batches()[2]  # gpu1's last: job 42's end, its summaries, intervals
+    broken = dataclasses.replace(batch.summaries[0], gpu_seconds=None)  # type: ignore[arg-type]
+    batch.summaries.append(broken)
+    with pytest.raises(StoreError):
+        store.write_batches([(node, batch)])
+    assert not any(contents(store).values())
 
 
 def test_event_and_its_summary_in_one_group_are_folded(store: Store) -> None:

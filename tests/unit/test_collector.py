@@ -34,7 +34,7 @@ from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind, NodeHeartbeat
 from slurm_gpu.munge import EMUNGE_CRED_EXPIRED, EMUNGE_CRED_REPLAYED, MungeCredential, MungeError
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.outbox import encode, fields_of
-from slurm_gpu.node.shipper import DecodedBatch, RetryLater, Shipper, write_batch
+from slurm_gpu.node.shipper import DecodedBatch, RetryLater, Shipper
 from slurm_gpu.node.spool import OutboxRow, Spool
 from slurm_gpu.slurm.scontrol import GpuNode
 from slurm_gpu.store import Store
@@ -81,7 +81,7 @@ class FakeMunge:
 
 
 class RecordingStore:
-    """The store's write methods, recorded; `down` makes them fail; `gate` holds them.
+    """The store's batch writer, recorded; `down` makes it fail; `gate` holds it.
 
     `write_batches` refuses a whole group holding an interval that starts at one of
     `bad` (one batch's bad data), and records the nodes of every group it commits.
@@ -115,44 +115,10 @@ class RecordingStore:
         if self.bad.intersection(starts):
             raise StoreError("value out of range for column period_start")
         self.groups.append(starts)
-        for node, batch in batches:
-            write_batch(self, node, batch)
+        for _node, batch in batches:
+            self.events += batch.events
+            self.intervals += batch.intervals
         return len(starts)
-
-    def add_events(self, events: Sequence[JobEvent]) -> int:
-        self._enter()
-        self.events += events
-        return len(events)
-
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
-        self._enter()
-        self.intervals += rows
-        return len(rows)
-
-    def add_physical_intervals(self, rows: Sequence[object]) -> int:
-        self._enter()
-        return len(rows)
-
-    def add_summaries(self, rows: Sequence[object]) -> int:
-        self._enter()
-        return len(rows)
-
-    def upsert_inventory(self, node: str, devices: Sequence[object], seen_at: float) -> None:
-        self._enter()
-
-    def set_lost_gpus(self, node: str, lost: Sequence[object]) -> None:
-        self._enter()
-
-    def add_activity(self, rows: Sequence[object]) -> int:
-        self._enter()
-        return len(rows)
-
-    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
-        self._enter()
-
-    def add_heartbeats(self, rows: Sequence[object]) -> int:
-        self._enter()
-        return len(rows)
 
 
 def interval(node: str, start: float) -> GpuInterval:

@@ -10,62 +10,28 @@ import pytest
 
 from slurm_gpu.models import (
     GpuActivity,
-    GpuDevice,
-    GpuInterval,
-    GpuPhysicalInterval,
-    JobEvent,
     JobGpuSummary,
-    LostGpu,
     NodeHeartbeat,
 )
 from slurm_gpu.node.outbox import OutboxError, decode_heartbeat, encode, fields_of
 from slurm_gpu.node.ship_less import ActivityLedger
-from slurm_gpu.node.shipper import DecodedBatch, Shipper, write_batch
+from slurm_gpu.node.shipper import DecodedBatch, Shipper
 from slurm_gpu.node.spool import Spool
+from slurm_gpu.store import Store
 
 T0 = 1_800_000_000.0
 
 
 class Recorder:
-    """A StoreSink that records the order of its calls."""
+    """A StoreSink that records the kinds of the batches it is given."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
-        self.heartbeats: list[NodeHeartbeat] = []
 
-    def add_events(self, events: Sequence[JobEvent]) -> int:
-        self.calls.append("events")
-        return len(events)
-
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
-        self.calls.append("intervals")
-        return len(rows)
-
-    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
-        self.calls.append("physical")
-        return len(rows)
-
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        self.calls.append("summaries")
-        return len(rows)
-
-    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
-        self.calls.append("inventory")
-
-    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
-        self.calls.append("lost")
-
-    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
-        self.calls.append("activity")
-        return len(rows)
-
-    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
-        self.calls.append("forget")
-
-    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
-        self.calls.append("heartbeats")
-        self.heartbeats += rows
-        return len(rows)
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        for _node, batch in batches:
+            self.calls += [kind for kind, rows in vars(batch).items() if rows and kind != "bad"]
+        return len(batches)
 
 
 def row(**fields: object) -> GpuActivity:
@@ -135,16 +101,20 @@ def test_a_damaged_heartbeat_names_its_field(payload: str, error: str) -> None:
     assert str(caught.value).startswith(error)
 
 
-def test_write_batch_writes_heartbeats_last() -> None:
-    """After activity, summaries and the summarized jobs' activity forgotten."""
-    batch = DecodedBatch()
-    batch.add("heartbeat", encode(fields_of(NodeHeartbeat("gpu1", T0 + 60, ("GPU-0",)))))
-    batch.add("summary", encode(fields_of(summary())))
-    batch.add("activity", encode(fields_of(row())))
-    store = Recorder()
-    write_batch(store, "gpu1", batch)
+def test_a_batch_stores_its_heartbeat_with_the_rows_it_vouches_for(store: Store) -> None:
+    """Activity and heartbeat in one batch: the row is carried to the heartbeat at once.
 
-    assert ["activity", "summaries", "forget", "heartbeats"] == store.calls
+    A summarized job's activity, in the same batch, is forgotten before the heartbeat
+    could vouch for it.
+    """
+    batch = DecodedBatch()
+    batch.add("heartbeat", encode(fields_of(NodeHeartbeat("gpu1", T0 + 60, ("GPU-0", "GPU-1")))))
+    batch.add("activity", encode(fields_of(row())))
+    batch.add("activity", encode(fields_of(row(job_id=8, gpu_uuid="GPU-1", slurm_index=1))))
+    batch.add("summary", encode(fields_of(summary())))
+    store.write_batches([("gpu1", batch)])
+
+    assert [(8, T0 + 60)] == [(r.job_id, r.last_reading) for r in store.activity()]
 
 
 def test_a_damaged_heartbeat_is_quarantined_and_the_rest_ship(tmp_path: Path) -> None:

@@ -9,20 +9,15 @@ import pytest
 
 from slurm_gpu.errors import StoreError
 from slurm_gpu.models import (
-    GpuActivity,
     GpuDevice,
     GpuInterval,
     GpuPhysicalInterval,
-    JobEvent,
-    JobGpuSummary,
-    LostGpu,
     Measurement,
     MigDevice,
-    NodeHeartbeat,
     SlotKind,
 )
 from slurm_gpu.node.outbox import device_fields, fields_of
-from slurm_gpu.node.shipper import Shipper
+from slurm_gpu.node.shipper import DecodedBatch, Shipper
 from slurm_gpu.node.spool import Spool
 
 
@@ -36,46 +31,27 @@ class FakeStore:
         self.devices: list[GpuDevice] = []
         self.calls: list[str] = []
 
-    def _check(self, what: str) -> None:
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
         if self.down:
             raise StoreError("store down")
-        self.calls.append(what)
-
-    def add_events(self, events: Sequence[JobEvent]) -> int:
-        self._check("events")
-        return len(events)
-
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
-        self._check("intervals")
-        self.intervals += rows
-        return len(rows)
-
-    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
-        self._check("physical")
-        self.physical += rows
-        return len(rows)
-
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        self._check("summaries")
-        return len(rows)
-
-    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
-        self._check("inventory")
-        self.devices += devices
-
-    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
-        self._check("lost")
-
-    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
-        self._check("activity")
-        return len(rows)
-
-    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
-        self._check("forget")
-
-    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
-        self._check("heartbeats")
-        return len(rows)
+        for _node, batch in batches:
+            self.calls += [
+                kind
+                for kind, rows in (
+                    ("events", batch.events),
+                    ("inventory", batch.inventory),
+                    ("activity", batch.activity),
+                    ("intervals", batch.intervals),
+                    ("physical", batch.physical),
+                    ("summaries", batch.summaries),
+                    ("heartbeats", batch.heartbeats),
+                )
+                if rows
+            ]
+            self.intervals += batch.intervals
+            self.physical += batch.physical
+            self.devices += [d for devices, _seen, _lost in batch.inventory for d in devices]
+        return len(batches)
 
 
 def interval(start: float) -> GpuInterval:
@@ -185,8 +161,8 @@ PHYSICAL = GpuPhysicalInterval(
 )
 
 
-def test_slot_intervals_and_physical_totals_reach_the_store_in_order(tmp_path: Path) -> None:
-    """Physical rows go to add_physical_intervals after the intervals; slots decode whole."""
+def test_slot_intervals_and_physical_totals_reach_the_store(tmp_path: Path) -> None:
+    """Physical rows and slot intervals reach the store in one batch; slots decode whole."""
     spool = Spool(tmp_path / "spool.db")
     mig = GpuInterval(**{**vars(interval(60.0)), "gpu_uuid": "GPU-P", "slot_id": "MIG-1",
                          "slot_kind": SlotKind.MIG, "share": 1 / 7, "mig_profile": "1g.10gb",

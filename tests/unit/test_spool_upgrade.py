@@ -26,11 +26,10 @@ from slurm_gpu.models import (
     JobEvent,
     JobEventKind,
     JobGpuSummary,
-    LostGpu,
     NodeHeartbeat,
 )
 from slurm_gpu.node.attribution import JobSpan, Piece
-from slurm_gpu.node.shipper import Shipper
+from slurm_gpu.node.shipper import DecodedBatch, Shipper
 from slurm_gpu.node.spool import SCHEMA_VERSION, Spool, SpoolError
 from slurm_gpu.node.spool_layout import MIGRATIONS
 
@@ -222,38 +221,16 @@ class RecordingStore:
         self.physical: list[GpuPhysicalInterval] = []
         self.heartbeats: list[NodeHeartbeat] = []
 
-    def add_events(self, events: Sequence[JobEvent]) -> int:
-        self.events += events
-        return len(events)
-
-    def add_intervals(self, rows: Sequence[GpuInterval]) -> int:
-        self.intervals += rows
-        return len(rows)
-
-    def add_physical_intervals(self, rows: Sequence[GpuPhysicalInterval]) -> int:
-        self.physical += rows
-        return len(rows)
-
-    def add_summaries(self, rows: Sequence[JobGpuSummary]) -> int:
-        self.summaries += rows
-        return len(rows)
-
-    def upsert_inventory(self, node: str, devices: Sequence[GpuDevice], seen_at: float) -> None:
-        self.inventory.append((node, list(devices), seen_at))
-
-    def set_lost_gpus(self, node: str, lost: Sequence[LostGpu]) -> None:
-        pass
-
-    def add_activity(self, rows: Sequence[GpuActivity]) -> int:
-        self.activity += rows
-        return len(rows)
-
-    def forget_activity(self, job_ids: Sequence[int], node: str | None = None) -> None:
-        pass
-
-    def add_heartbeats(self, rows: Sequence[NodeHeartbeat]) -> int:
-        self.heartbeats += rows
-        return len(rows)
+    def write_batches(self, batches: Sequence[tuple[str, DecodedBatch]]) -> int:
+        for node, batch in batches:
+            self.events += batch.events
+            self.intervals += batch.intervals
+            self.summaries += batch.summaries
+            self.inventory += [(node, list(seen), at) for seen, at, _lost in batch.inventory]
+            self.activity += batch.activity
+            self.physical += batch.physical
+            self.heartbeats += batch.heartbeats
+        return len(batches)
 
 
 @pytest.fixture
