@@ -441,12 +441,15 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
     GPU-memory GiB-seconds are the agent's per interval, summed as its summaries sum them
     (revision 0014), so a job's figure does not change when its summary lands; an interval
     without them (stored before 0014, or shipped by an older agent) counts its peak memory
-    times its covered seconds, as every interval did before.
+    times its covered seconds, as every interval of a store before 0014 does.
     The GPM figures (`gpm_seconds`, `sm_active_mean_percent`...) are weighted by each
     interval's GPM seconds, as the agent's summaries are: None where none was measured.
     """
+    if not job_ids:
+        return []
     t = gpu_intervals.c
     util_seconds = sa.case((t.util_mean_percent.is_(None), 0.0), else_=t.covered_seconds)
+    summed = (store.current_revision() or "") >= MEM_GIB_SECONDS_REVISION
     query_cols = (
         t.job_id,
         t.node,
@@ -461,7 +464,7 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
         sa.func.sum(util_seconds).label("ucs"),
         sa.func.max(t.util_max_percent).label("util_max"),
         sa.func.max(t.mem_used_max_bytes).label("mem_max"),
-        sa.func.sum(_mem_gib_seconds()).label("mem_gib_seconds"),
+        sa.func.sum(_mem_gib_seconds(summed)).label("mem_gib_seconds"),
         sa.func.sum(t.energy_joules).label("energy"),
         sa.func.count().label("n"),
         sa.func.sum(t.gpm_seconds).label("gpm_seconds"),
@@ -511,18 +514,21 @@ def interval_totals_for(store: Store, job_ids: Sequence[int]) -> list[IntervalTo
 
 
 _SLOT_PARTS = ("gpu_uuid", "slot_kind", "share", "mig_profile", "measured_by")
+# The revision whose intervals carry the agent's GiB-seconds (gpu_intervals.mem_gib_seconds).
+MEM_GIB_SECONDS_REVISION = "0014"
 
 
-def _mem_gib_seconds() -> sa.ColumnElement[float]:
+def _mem_gib_seconds(summed: bool) -> sa.ColumnElement[Any]:
     """An interval's GPU-memory GiB-seconds: the agent's, else peak x covered (before 0014).
 
     NULL `mem_gib_seconds` is a row stored before revision 0014 or shipped by an agent
     that did not sum them; such a row is read as it was before: its peak memory in use
-    (unknown: 0) times its covered seconds.
+    (unknown: 0) times its covered seconds. `summed` False: a store before 0014, which
+    has no such column, every row read so.
     """
     t = gpu_intervals.c
     peak_x_covered = sa.func.coalesce(t.mem_used_max_bytes, 0) * t.covered_seconds / GIB
-    return sa.func.coalesce(t.mem_gib_seconds, peak_x_covered)
+    return sa.func.coalesce(t.mem_gib_seconds, peak_x_covered) if summed else peak_x_covered
 
 
 def _float(value: Any) -> float | None:

@@ -85,12 +85,17 @@ def test_upgrade_from_0013_keeps_intervals_read_as_peak_x_covered(store_at_0013:
             c["name"] for c in sa.inspect(conn).get_columns("gpu_intervals")
         }
         conn.execute(sa.insert(sa.table("gpu_intervals", *map(sa.column, row))), [row])
+    (before,) = queries.interval_totals_for(store, [7])  # a store at 0013 is still read
 
     store.upgrade("0014")
     assert "0014" == store.current_revision()
     (kept,) = store.intervals()
     (after,) = queries.interval_totals_for(store, [7])
-    assert (None, 2 * 50.0) == (kept.mem_gib_seconds, after.mem_gib_seconds)
+    assert (None, 2 * 50.0, 2 * 50.0) == (
+        kept.mem_gib_seconds,
+        before.mem_gib_seconds,
+        after.mem_gib_seconds,
+    )
 
     store.upgrade()  # head: the write API writes the newest revision's columns
     store.add_intervals([interval(T0 + 60, 2, mem_gib_seconds=75.0)])
