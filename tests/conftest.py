@@ -2,10 +2,11 @@
 
 The test doubles themselves are public API in slurm_gpu.testing (FakeSlurmClient,
 FakeRunner, FakeGpuSource, FixedClock); fixtures here only build what several test
-files need. A `store` fixture is one per kind of database: a fresh SQLite store here,
-each real backend in tests/store/conftest.py, the test bed's store in
-tests/integration/conftest.py (the nearest conftest wins). A test file that needs data
-in it extends it under the same name: `def store(store: Store) -> Store:` adds its rows.
+files need (`munge`: this host's real munged, for tests marked `slurm`). A `store`
+fixture is one per kind of database: a fresh SQLite store here, each real backend in
+tests/store/conftest.py, the test bed's store in tests/integration/conftest.py (the
+nearest conftest wins). A test file that needs data in it extends it under the same
+name: `def store(store: Store) -> Store:` adds its rows.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from slurm_gpu.munge import Libmunge, MungeError
 from slurm_gpu.store import Store
 
 
@@ -32,3 +34,21 @@ def store(tmp_path: Path) -> Iterator[Store]:
     fresh.upgrade()
     yield fresh
     fresh.dispose()
+
+
+@pytest.fixture
+def munge() -> Libmunge:
+    """libmunge on munged's default socket; a munged that does not answer fails the test.
+
+    A test that takes it carries the `slurm` marker: munged on /run/munge is what the test
+    bed brings up on this host (docker/slurm-cluster/lib.sh), as every Slurm node has it.
+    """
+    lib = Libmunge()
+    try:
+        lib.decode(lib.encode(b"probe"))
+    except MungeError as exc:
+        pytest.fail(
+            f"munged is not answering ({exc}): this test needs MUNGE as every Slurm node has"
+            " it; start munged (e.g. `runuser -u munge -- /usr/sbin/munged`) and run again"
+        )
+    return lib

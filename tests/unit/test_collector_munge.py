@@ -1,4 +1,8 @@
-"""The collector against this machine's real munged (libmunge), and end to end over SQLite."""
+"""The collector against this machine's real munged (libmunge), and end to end over SQLite.
+
+The tests that take the `munge` fixture (tests/conftest.py) carry the `slurm` marker: the
+test bed brings munged up on this host, so `-m "not slurm and not db"` passes without it.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from slurm_gpu.collector.wire import Refusal, WireRow, digest, encode_batch
 from slurm_gpu.config import Config
 from slurm_gpu.config.collector import CollectorSettings
 from slurm_gpu.models import GpuInterval, JobEvent, JobEventKind
-from slurm_gpu.munge import Libmunge, MungeCredential, MungeError
+from slurm_gpu.munge import Libmunge, MungeCredential
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.outbox import fields_of
 from slurm_gpu.node.shipper import RetryLater, Shipper
@@ -24,25 +28,12 @@ from slurm_gpu.node.spool import Spool
 from slurm_gpu.store import Store
 
 
-@pytest.fixture
-def munge() -> Libmunge:
-    """libmunge on munged's default socket; a munged that does not answer fails the test."""
-    lib = Libmunge()
-    try:
-        lib.decode(lib.encode(b"probe"))
-    except MungeError as exc:
-        pytest.fail(
-            f"munged is not answering ({exc}): this test needs MUNGE as every Slurm node has"
-            " it; start munged (e.g. `runuser -u munge -- /usr/sbin/munged`) and run again"
-        )
-    return lib
-
-
 def this_host() -> NodeAddresses:
     # munged reports the address it resolved its own host name to (ENCODE_HOST).
     return NodeAddresses({"gpu1": [socket.gethostname(), "127.0.0.1"]})
 
 
+@pytest.mark.slurm  # munged
 def test_real_root_credential_is_accepted_and_its_replay_refused(munge: Libmunge) -> None:
     """munge as root over the body's digest passes; the same credential again is replayed."""
     body = encode_batch("gpu1", "gpu1:1.0:1", 1.0, [WireRow("interval", "k", "{}")])
@@ -56,6 +47,7 @@ def test_real_root_credential_is_accepted_and_its_replay_refused(munge: Libmunge
     assert "credential replayed: munge_decode: Replayed credential (17)" == str(caught.value)
 
 
+@pytest.mark.slurm  # munged
 def test_real_credential_decodes_like_unmunge(munge: Libmunge) -> None:
     """libmunge gives what `unmunge` prints: UID 0, the payload, the host, a TTL."""
     decoded = munge.decode(munge.encode(b"x"))
@@ -65,6 +57,7 @@ def test_real_credential_decodes_like_unmunge(munge: Libmunge) -> None:
     assert decoded.ttl > 0
 
 
+@pytest.mark.slurm  # munged
 def test_garbage_credential_is_a_bad_credential(munge: Libmunge) -> None:
     """A string that is no credential: 403 bad_credential with munged's reason."""
     check = CredentialCheck(munge, this_host())
@@ -98,6 +91,7 @@ def queue_intervals(spool: Spool, *starts: float) -> None:
             Spool.queue(db, "interval", f"gpu1:GPU-1:{start!r}", fields_of(interval(start)))
 
 
+@pytest.mark.slurm  # munged
 def test_spool_shipped_through_the_collector_lands_once(
     tmp_path: Path, store: Store, munge: Libmunge
 ) -> None:
@@ -127,6 +121,7 @@ def test_spool_shipped_through_the_collector_lands_once(
     assert 3.0 == collector.metrics.registry.get_sample_value("slurm_gpu_collector_batches_total")
 
 
+@pytest.mark.slurm  # munged
 def test_rows_wait_while_the_collector_is_down_and_ship_when_it_is_back(
     tmp_path: Path, store: Store, munge: Libmunge
 ) -> None:

@@ -28,7 +28,6 @@ from slurm_gpu.node.outbox import fields_of
 from slurm_gpu.node.shipper import Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.store import Store
-from tests.unit.test_collector_munge import munge  # noqa: F401  (the fixture)
 
 NODES = ("gpu1", "gpu2", "gpu3", "gpu4")
 RUN = ("collector", "run")
@@ -137,11 +136,12 @@ def ship(tmp_path: Path, port: int, lib: Libmunge, node: str, periods: int) -> i
         spool.close()
 
 
+@pytest.mark.slurm  # munged (the `munge` fixture)
 def test_two_processes_serve_one_port_and_count_together(
     tmp_path: Path,
     store: Store,
     running: Running,
-    munge: Libmunge,  # noqa: F811
+    munge: Libmunge,
 ) -> None:
     """Four agents at once through two processes: every row lands once, /metrics sums both.
 
