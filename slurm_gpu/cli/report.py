@@ -27,7 +27,7 @@ from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthl
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.statements import build_statements, empty_note, write_statements
-from slurm_gpu.reports.summary import GROUP_KEYS, build_report, has_slots, report_fields
+from slurm_gpu.reports.summary import GROUP_KEYS, report_fields
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.slurm.timespec import format_sacct_time
 
@@ -145,15 +145,10 @@ def report_command(
         users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
     )
     nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
-    # The usage rollups (revision 0010) where the store is at 0010: the finished jobs'
-    # usage from them, the rest from raw rows; sacct's live facts are not laid over them
-    # (the store's jobs are the hooks' and `slurm-gpu sync`'s). Else the raw rows.
-    from_rollups = rollups.usable(selection) and (env.store.current_revision() or "") >= "0010"
-    usage = None if from_rollups else env.usage(since, until, selection)
-    # PhysGPUHours (share x slot-hours) wherever a row is a MIG slice or a share.
-    slots = group == "slot" or (
-        rollups.has_slot_rows(env.store, since, until) if usage is None else has_slots(usage.gpus)
-    )
+    # One road (issue 24): the period's sums (the rollups of folded jobs, the raw rows of
+    # the others; store/ knows which), the ledger's figures of them. PhysGPUHours (share x
+    # slot-hours) wherever a row is a MIG slice or a share.
+    slots = group == "slot" or rollups.has_slot_rows(env.store, since, until)
     fields = report_fields(env.config.cost.currency, group, env.config.cost.charge, slots)
     try:
         columns = parse_format(fmt or ",".join(fields), fields)
@@ -170,18 +165,15 @@ def report_command(
         "sort": sort,
     }
     try:
-        if usage is None:
-            report = rollups.build_report_from_rollups(
-                env.store,
-                group,
-                scope=env.scope,
-                filters=selection,
-                cost=env.config.cost,
-                lag=env.freshness.interval_lag,
-                **shape,
-            )
-        else:
-            report = build_report(usage, group, **shape)
+        report = rollups.build_report_from_rollups(
+            env.store,
+            group,
+            scope=env.scope,
+            filters=selection,
+            cost=env.config.cost,
+            lag=env.freshness.interval_lag,
+            **shape,
+        )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     period = f"{format_sacct_time(since, env.tz)} - {format_sacct_time(until, env.tz)}"

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports import efficiency as gpm
-from slurm_gpu.reports import monthly_rollups, rollups
+from slurm_gpu.reports import grouped, monthly_rollups
 from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
@@ -314,7 +314,7 @@ def _tables_from_rollups(
     month = monthly_rollups.month_rows(env, since, until, filters, UTIL_BINS)
     sums, members = month.sums, month.members
     held = env.config.cost.charge == "effective"
-    total = _without_physical(rollups._figures(sums, members, held))
+    total = _without_physical(grouped.figures_of(sums, members, held))
     spread = sums[["node", "start_time", "end_time"]] if len(sums) else pd.DataFrame()
     full = sums["full_seconds"] if len(sums) else pd.Series(dtype=float)
     slots: list[dict[str, Any]] = []
@@ -350,7 +350,7 @@ def _summed_statement(
     """`Tables.statement_of` from the month's sums rows."""
     part = sums[sums["account"].astype(str) == account] if len(sums) else sums
     counted = members[members["account"].astype(str) == account] if len(members) else members
-    total = _without_physical(rollups._figures(part, counted, held))
+    total = _without_physical(grouped.figures_of(part, counted, held))
     if not len(part):
         return AccountPart([], total, 0.0)
     users = _summed_groups(part, counted, "user", held)
@@ -645,7 +645,7 @@ def _summed_groups(
         for user, account in set(zip(names, sums["account"].astype(str), strict=True)):
             accounts.setdefault(user, set()).add(account)
     out = []
-    for value, figures in rollups._grouped(sums, members, key, held, "jobs"):
+    for value, figures in grouped.grouped(sums, members, key, held, "jobs"):
         record = {"key": str(value), **(figures if key == "slot" else _without_physical(figures))}
         if key == "user":
             record["account"] = ",".join(sorted(accounts.get(str(value), set())))
@@ -712,7 +712,7 @@ def _summed_waste_jobs(
     sacct = {j.job_id: j for j in answered or ()}
     chosen = sums["job_id"].astype("int64").isin(idle.index).to_numpy()
     chosen_members = members["job_id"].astype("int64").isin(idle.index).to_numpy()
-    per_job = dict(rollups._grouped(sums[chosen], members[chosen_members], "job_id", held, "jobs"))
+    per_job = dict(grouped.grouped(sums[chosen], members[chosen_members], "job_id", held, "jobs"))
     out = []
     for job_id in idle.index:
         job = facts.loc[job_id].to_dict() | {"job_id": int(job_id)}

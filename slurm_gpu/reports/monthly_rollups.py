@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.ledger import periods, pricing, time
-from slurm_gpu.reports import rollups
+from slurm_gpu.reports import grouped, rollups
 from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, fill_models, gpu_rows, stored_jobs
 from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.service import ReportEnv
@@ -131,15 +131,15 @@ def _no_jobs() -> pd.DataFrame:
 def _members(sums: pd.DataFrame) -> pd.DataFrame:
     """Each job row of `sums` with its queue wait (Start - Submit; NaN: unknown)."""
     if not len(sums):
-        return pd.DataFrame(columns=rollups.MEMBER_COLUMNS)
+        return pd.DataFrame(columns=grouped.MEMBER_COLUMNS)
     submit = pd.to_numeric(sums["submit_time"]).to_numpy(dtype=float, na_value=np.nan)
     wait = sums["start_time"].to_numpy(dtype=float) - submit
-    return sums.assign(queue_wait=wait)[list(rollups.MEMBER_COLUMNS)]
+    return sums.assign(queue_wait=wait)[list(grouped.MEMBER_COLUMNS)]
 
 
 def _with_counts(sums: pd.DataFrame) -> pd.DataFrame:
     """`sums` with the rollups' count columns at 0: every job is a member (counted exactly)."""
-    counted = rollups.counted_figures(("jobs",))
+    counted = grouped.counted_figures(("jobs",))
     zeros = pd.DataFrame(
         np.zeros((len(sums), len(counted))), columns=list(counted), index=sums.index
     )
@@ -188,10 +188,10 @@ def _unfolded(
         return None
     usage = jobs_usage(env, ids, filters)
     jobs = usage.jobs[list(JOB_FACTS)].assign(job_id=usage.jobs["job_id"].astype("int64"))
-    raw, rows = rollups.raw_sums(usage, since, until, env.now_seconds, env.config.cost)
+    raw, rows = grouped.raw_sums(usage, since, until, env.now_seconds)
     if not len(rows):
         empty = pd.DataFrame(columns=["job_id", "bin", "gpu_seconds", "rows"])
-        return raw, pd.DataFrame(columns=rollups.MEMBER_COLUMNS), empty, jobs
+        return raw, pd.DataFrame(columns=grouped.MEMBER_COLUMNS), empty, jobs
     fraction = rows["fraction"].to_numpy(dtype=float)
     raw = raw.assign(
         job_id=rows["job_id"].to_numpy(dtype="int64"),
@@ -204,7 +204,7 @@ def _unfolded(
     for name in usage_rollup.OWNER:
         raw[name] = raw[name].astype(str)
     members = raw.assign(queue_wait=rows["queue_wait"].to_numpy(dtype=float))[
-        list(rollups.MEMBER_COLUMNS)
+        list(grouped.MEMBER_COLUMNS)
     ]
     util = pd.to_numeric(rows["util_mean_percent"], errors="coerce").to_numpy(dtype=float)
     bounds = np.asarray(edges, dtype=float)

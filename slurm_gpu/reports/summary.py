@@ -14,7 +14,7 @@ slot-hours), so seven 1g.10gb slices for an hour are 7 slot-hours and 1 GPU-hour
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.ledger import periods
-from slurm_gpu.reports.figures import figures, grouped_figures, physical_seconds
 from slurm_gpu.reports.render import Cell, Field, fixed, fmt_int, fmt_text
 from slurm_gpu.reports.usage import Usage
 from slurm_gpu.units import is_known
@@ -96,82 +95,6 @@ def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFra
 def _seconds(column: pd.Series) -> np.ndarray:
     """A time column as floats, NaN where unknown (None or NaN)."""
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-
-
-def build_report(
-    usage: Usage,
-    group: str,
-    *,
-    since: float,
-    until: float,
-    now: float,
-    cluster: str = "",
-    all_nodes: Sequence[str] = (),
-    busy_factor: float = 1.5,
-    top: int | None = None,
-    sort: str | None = None,
-    waste_top: int = 5,
-) -> Report:
-    """Totals per group over the period.
-
-    Args:
-        usage: the visible jobs and their GPU rows.
-        group: one of GROUP_KEYS' values.
-        since: the period's start (POSIX seconds).
-        until: the period's end (POSIX seconds).
-        now: the current time (the end of running jobs).
-        cluster: the name of the "cluster" group's one row.
-        all_nodes: nodes to list even with no use (report nodes).
-        busy_factor: a node is busy when its GPU-hour share > busy_factor / number of nodes.
-        top: keep the first N rows after sorting.
-        sort: a field name to sort by (descending for numbers); default GPU-hours.
-        waste_top: users listed by idle GPU-hours.
-    """
-    rows = prorated(usage, since, until, now)
-    rows = rows[rows["fraction"] > 0] if len(rows) else rows
-    rows = rows.assign(cluster=cluster or "cluster")
-    if group == "slot":
-        rows = rows.assign(slot=slot_groups(rows))
-    key = group
-    groups: list[dict[str, Any]] = []
-    if len(rows):
-        physical = physical_seconds(rows, key)
-        for value, group_figures in grouped_figures(rows, key):
-            groups.append(
-                {"key": value, **group_figures, "physical_gpu_hours": physical[value] / 3600.0}
-            )
-    if group == "node":
-        seen = {g["key"] for g in groups}
-        for node in all_nodes:
-            if node not in seen:
-                groups.append({"key": node, **figures(rows.iloc[0:0]), "physical_gpu_hours": 0.0})
-        total_hours = sum(g["gpu_hours"] for g in groups)
-        mean_share = 1.0 / len(groups) if groups else 0.0
-        for g in groups:
-            g["share_percent"] = 100.0 * g["gpu_hours"] / total_hours if total_hours else 0.0
-            g["busy"] = (
-                "busy"
-                if total_hours and g["gpu_hours"] / total_hours > busy_factor * mean_share
-                else ""
-            )
-    total = {
-        "key": TOTAL,
-        **figures(rows),
-        "physical_gpu_hours": (physical_seconds(rows)[None] / 3600.0) if len(rows) else 0.0,
-    }
-    if group == "node":
-        total["share_percent"] = 100.0 if groups else 0.0
-        total["busy"] = ""
-    groups = _sorted(groups, sort)
-    if top is not None:
-        groups = groups[:top]
-    waste = []
-    if len(rows):
-        for user, user_figures in grouped_figures(rows, "user"):
-            if (user_figures["idle_gpu_hours"] or 0.0) > 0:
-                waste.append({"key": user, **user_figures})
-    waste.sort(key=lambda g: (-g["idle_gpu_hours"], g["key"]))
-    return Report(group, groups, total, waste[:waste_top])
 
 
 def has_slots(rows: pd.DataFrame) -> bool:

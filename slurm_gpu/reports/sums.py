@@ -20,6 +20,10 @@ from slurm_gpu.ledger.sums import COUNTS, ROW_COLUMNS, SUMS, row_sums
 
 PRICED = (*SUMS, *COUNTS, "cost", "idle_held_cost")
 """The columns of a priced sums frame besides its owner and place."""
+OWNER = ("user", "account", "partition")
+"""Whose usage a sums row is (store/usage_rollup.py OWNER)."""
+PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
+"""Where it was (store/schema.py USAGE_PLACE)."""
 
 
 def gpu_sums(gpus: pd.DataFrame, elapsed: pd.Series | None = None) -> pd.DataFrame:
@@ -82,9 +86,7 @@ def place_prices(frame: pd.DataFrame, cost: CostSettings) -> np.ndarray:
     )
     share = np.where(np.isnan(share), 1.0, share)
     keys = list(zip(texts("gpu_model"), texts("mig_profile"), share.tolist(), strict=True))
-    prices = {
-        k: pricing.slot_price_for(str(k[0]), cost, float(k[2]), str(k[1])) for k in set(keys)
-    }
+    prices = {k: pricing.slot_price_for(str(k[0]), cost, float(k[2]), str(k[1])) for k in set(keys)}
     return np.array([prices[k] for k in keys], dtype=float)
 
 

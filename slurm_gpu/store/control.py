@@ -22,7 +22,6 @@ from slurm_gpu.store.schema import (
     audit_log,
     controller_lease,
     exemptions,
-    gpu_intervals,
     job_gpus,
     jobs,
     notifications,

@@ -19,13 +19,13 @@ from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobGpuSummary
 from slurm_gpu.reports import jobview, status
 from slurm_gpu.reports.fields import job_fields
+from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import Thresholds, notes, render_job
 from slurm_gpu.reports.monthly import build_monthly
 from slurm_gpu.reports.records import job_records
 from slurm_gpu.reports.render import parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.status import build_status, render_status
-from slurm_gpu.reports.summary import build_report
 from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
 from slurm_gpu.slurm.admin_comment import parse_token, summary_token
 from slurm_gpu.slurm.sacct import DELIMITER, FIELDS, parse_sacct

@@ -21,12 +21,13 @@ from slurm_gpu.config import Config
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import JobGpuSummary, Measurement, SlotKind
 from slurm_gpu.reports.fields import job_fields
+from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import Thresholds, measurement_of, render_job, slot_of
 from slurm_gpu.reports.monthly import build_monthly, write_monthly
 from slurm_gpu.reports.records import gpu_records, job_records
 from slurm_gpu.reports.render import parse_format, render
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import build_report, report_fields
+from slurm_gpu.reports.summary import report_fields
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.store import Store
 

@@ -6,10 +6,11 @@ import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
-from slurm_gpu.models import GpuInterval, JobGpuSummary
 from slurm_gpu.ledger.pricing import price_for
+from slurm_gpu.models import GpuInterval, JobGpuSummary
+from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.records import job_records
-from slurm_gpu.reports.summary import build_report, report_fields
+from slurm_gpu.reports.summary import report_fields
 from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
 from slurm_gpu.store import Store
 

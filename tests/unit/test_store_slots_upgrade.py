@@ -35,11 +35,11 @@ from slurm_gpu.models import (
     SlotKind,
     Verdict,
 )
+from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import job_timeline
 from slurm_gpu.reports.monthly import build_monthly
 from slurm_gpu.reports.records import gpu_records, job_records
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import build_report
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import ALL_TABLES
