@@ -22,7 +22,7 @@ import csv
 import datetime as dt
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import pandas as pd
 from slurm_gpu.reports import efficiency as gpm
 from slurm_gpu.reports import grouped, monthly_rollups
 from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
+from slurm_gpu.reports.monthly_model import MonthlyReport as MonthlyReport
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import has_slots, prorated, slot_groups
@@ -42,43 +43,6 @@ from slurm_gpu.units import is_known
 
 UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
 QUOTA_ACTIONS = frozenset({"hold", "release", "block", "unblock", "set_qos", "set_fairshare"})
-
-
-@dataclass
-class MonthlyReport:
-    """Everything the page and the CSV files show; each list is one table's records."""
-
-    month: str
-    since: float
-    until: float
-    cluster: str
-    scope: str
-    currency: str
-    unit: str
-    generated: float
-    overview: dict[str, Any]
-    days: list[str]
-    daily_gpu_hours: list[float]
-    accounts: list[dict[str, Any]]
-    users: list[dict[str, Any]]
-    utilization: list[dict[str, Any]]
-    idle: list[dict[str, Any]]
-    waste_jobs: list[dict[str, Any]]
-    queue: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
-    controller: list[dict[str, Any]]
-    actions: list[dict[str, Any]]
-    notes: list[str] = field(default_factory=list)
-    # Efficiency beyond utilization (reports/efficiency.py): the GPM figures per account
-    # and per user, the section's note where GPM measured nothing or part, and [cost]
-    # charge ("effective": Cost and IdleHeldCost apart).
-    efficiency: list[dict[str, Any]] = field(default_factory=list)
-    efficiency_users: list[dict[str, Any]] = field(default_factory=list)
-    efficiency_note: str | None = None
-    charge: str = "held"
-    # GPU slots (issue 14): GPU-hours and cost by GPU model and slot ("H100 MIG 1g.10gb"),
-    # held slot-hours and physical GPU-hours apart; empty where every GPU was whole.
-    slots: list[dict[str, Any]] = field(default_factory=list)
 
 
 def month_bounds(text: str, tz: dt.tzinfo | None) -> tuple[float, float]:

@@ -7,8 +7,9 @@ names, users and accounts are whatever users typed into sbatch.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from slurm_gpu.reports.monthly_model import MonthlyReport
 from slurm_gpu.reports.widgets import (
     HtmlColumn,
     col,
@@ -22,9 +23,6 @@ from slurm_gpu.reports.widgets import (
 )
 from slurm_gpu.slurm.timespec import format_elapsed
 from slurm_gpu.units import is_known
-
-if TYPE_CHECKING:
-    from slurm_gpu.reports.monthly import MonthlyReport
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
