@@ -122,9 +122,7 @@ def test_other_accounts_jobs_still_start(hold_scenario: dict[str, Any]) -> None:
     assert hold_scenario["bio_state"] == "COMPLETED"
 
 
-def test_raising_the_budget_releases_the_hold(
-    hold_scenario: dict[str, Any], control: App
-) -> None:
+def test_raising_the_budget_releases_the_hold(hold_scenario: dict[str, Any], control: App) -> None:
     """With the budget raised the hold is gone: a priority again, no admin hold."""
     # Slurm shows "None" until its next scheduling pass re-evaluates the begin time.
     assert hold_scenario["released_reason"] in ("BeginTime", "None")
