@@ -37,31 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-FIGURE_KEYS = (
-    "jobs",
-    "users",
-    "gpu_hours",
-    "gpu_mem_hours",
-    "util_mean_percent",
-    "active_gpu_hours",
-    "idle_gpu_hours",
-    "idle_percent",
-    "missing_gpu_hours",
-    "missing_percent",
-    "energy_kwh",
-    "cost",
-    "queue_wait_mean",
-    "queue_wait_p95",
-    "gpm_gpu_hours",
-    "gpm_percent",
-    "sm_active_mean_percent",
-    "sm_occupancy_mean_percent",
-    "tensor_active_mean_percent",
-    "dram_bw_mean_percent",
-    "effective_gpu_hours",
-    "idle_held_cost",
-)
-"""What a report row shows (`slurm-gpu report`, the monthly tables), in this order."""
+from slurm_gpu.ledger import time
+from slurm_gpu.ledger.figures import GPM_MEANS
 
 JOB_TOTAL_KEYS = (
     "gpu_model",
@@ -87,13 +64,6 @@ JOB_TOTAL_KEYS = (
 )
 """What a job's record (a sacct row) sums from its GPU rows, in this order."""
 
-GPM_MEANS = (
-    "sm_active_mean_percent",
-    "sm_occupancy_mean_percent",
-    "tensor_active_mean_percent",
-    "dram_bw_mean_percent",
-)
-"""The GPM means of a GPU row (models.JobGpuSummary), each over its `gpm_seconds`."""
 GPM_COLUMNS = ("gpm_seconds", *GPM_MEANS)
 """A GPU row's GPM columns: 0 and NaN where its GPU has no GPM."""
 
@@ -115,6 +85,7 @@ class Groups:
         """Group `rows` by the column `key`; None: one group of every row, in row order."""
         self.rows = rows
         self._columns: dict[str, np.ndarray] = {}
+        self._time: time.RowTime | None = None
         if key is None:
             self.keys: list[Any] = [None]
             self.bounds = [(0, len(rows))]
@@ -168,25 +139,25 @@ class Groups:
             return 0.0
         return _sum(self.column(name)[a:b])
 
+    def _row_time(self) -> time.RowTime:
+        """Each row's held, active and missing seconds as the ledger clips them."""
+        if self._time is None:
+            self._time = time.row_time(
+                self.column("gpu_seconds"),
+                self.column("active_seconds"),
+                self.column("missing_seconds")
+                if "missing_seconds" in self.rows
+                else np.zeros(len(self.rows)),
+            )
+        return self._time
+
     def _missing(self) -> np.ndarray:
         """Each row's missing seconds, at most its GPU-seconds (0 where unknown)."""
-        if "missing" not in self._columns:
-            gpu = np.nan_to_num(self.column("gpu_seconds"))
-            missing = (
-                np.nan_to_num(self.column("missing_seconds"))
-                if "missing_seconds" in self.rows
-                else np.zeros(len(gpu))
-            )
-            self._columns["missing"] = np.minimum(missing, gpu)
-        return self._columns["missing"]
+        return np.asarray(self._row_time().missing, dtype=float)
 
     def _active(self) -> np.ndarray:
         """Each row's active seconds, at most its measured ones (0 where unknown)."""
-        if "active" not in self._columns:
-            measured = np.nan_to_num(self.column("gpu_seconds")) - self._missing()
-            active = np.nan_to_num(self.column("active_seconds"))
-            self._columns["active"] = np.minimum(active, measured)
-        return self._columns["active"]
+        return np.asarray(self._row_time().active, dtype=float)
 
     def _gpm(self, a: int, b: int) -> dict[str, Any]:
         """The GPM figures of the group [a, b): GPM-measured seconds, means, effective seconds.
@@ -235,11 +206,11 @@ class Groups:
         """
         gpu_seconds = self.sum("gpu_seconds", a, b)
         missing = _sum(self._missing()[a:b])
-        measured = gpu_seconds - missing
-        if gpu_seconds > 0 and measured <= 0:
-            return gpu_seconds, None, None, missing
         active = _sum(self._active()[a:b])
-        return gpu_seconds, active, max(measured - active, 0.0), missing
+        idle = float(time.idle(gpu_seconds, active, missing))
+        if np.isnan(idle):  # held, none of it measured: unknown, never idle
+            return gpu_seconds, None, None, missing
+        return gpu_seconds, active, idle, missing
 
     def figures(self) -> list[tuple[Any, dict[str, Any]]]:
         """`(key, figures)` for every group, in key order; figures keyed by FIGURE_KEYS."""
@@ -372,12 +343,12 @@ def idle_seconds(rows: pd.DataFrame) -> np.ndarray:
     def numbers(name: str) -> np.ndarray:
         if name not in rows:
             return np.zeros(len(rows))
-        values = pd.to_numeric(rows[name]).to_numpy(dtype=float, na_value=np.nan)
-        return np.where(np.isnan(values), 0.0, values)
+        return pd.to_numeric(rows[name]).to_numpy(dtype=float, na_value=np.nan)
 
-    gpu_seconds = numbers("gpu_seconds")
-    measured = gpu_seconds - np.minimum(numbers("missing_seconds"), gpu_seconds)
-    idle: np.ndarray = measured - np.minimum(numbers("active_seconds"), measured)
+    held, active, missing = time.row_time(
+        numbers("gpu_seconds"), numbers("active_seconds"), numbers("missing_seconds")
+    )
+    idle: np.ndarray = np.asarray(held, dtype=float) - missing - active
     return idle
 
 

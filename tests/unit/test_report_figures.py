@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_gpu.ledger.figures import FIGURE_KEYS, GPM_MEANS
 from slurm_gpu.reports.figures import (
-    FIGURE_KEYS,
     GPM_COLUMNS,
-    GPM_MEANS,
     JOB_TOTAL_KEYS,
     Groups,
     figures,

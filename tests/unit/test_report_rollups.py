@@ -25,8 +25,8 @@ import sqlalchemy as sa
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.ledger.figures import FIGURE_KEYS
 from slurm_gpu.models import GpuInterval, JobGpuSummary, Measurement, SlotKind
-from slurm_gpu.reports.figures import FIGURE_KEYS
 from slurm_gpu.reports.grouped import BUCKET_NOTE, build_report
 from slurm_gpu.reports.rollups import boundary_cells, build_report_from_rollups
 from slurm_gpu.reports.summary import GROUP_KEYS, Report
