@@ -6,7 +6,8 @@ files need (`munge`: this host's real munged, for tests marked `slurm`). A `stor
 fixture is one per kind of database: a fresh SQLite store here, each real backend in
 tests/store/conftest.py, the test bed's store in tests/integration/conftest.py (the
 nearest conftest wins). A test file that needs data in it extends it under the same
-name: `def store(store: Store) -> Store:` adds its rows.
+name: `def store(store: Store) -> Store:` adds its rows. A report test's `store` that
+takes `usage_source` too runs once per source of sums (tests/usage_sources.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from slurm_gpu.munge import Libmunge, MungeError
 from slurm_gpu.store import Store
+from tests.usage_sources import SOURCES
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,6 +36,12 @@ def store(tmp_path: Path) -> Iterator[Store]:
     fresh.upgrade()
     yield fresh
     fresh.dispose()
+
+
+@pytest.fixture(params=SOURCES)
+def usage_source(request: pytest.FixtureRequest) -> str:
+    """Each source of a report's sums in turn: folded, raw, half (tests/usage_sources.py)."""
+    return str(request.param)
 
 
 @pytest.fixture

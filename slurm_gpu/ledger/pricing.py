@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.ledger import time
 
 UNIT_SUMS = {
     "gpu_hour": ("gpu_seconds", "gpu_unused_seconds"),
@@ -34,6 +35,12 @@ UNIT_SUMS = {
     "job_hour": ("job_hour_seconds", "job_hour_unused_seconds"),
 }
 """[cost] unit -> (the sum it charges, that sum's GPM-unused part), in unit-seconds."""
+
+IDLE_UNIT_SUMS = {
+    "gpu_mem_hour": "mem_idle_gib_seconds",
+    "job_hour": "job_hour_idle_seconds",
+}
+"""[cost] unit -> the part of its sum in measured idle time (gpu_hour: the idle time)."""
 
 
 def price_for(model: str, cost: CostSettings) -> float:
@@ -85,14 +92,24 @@ def slot_price_for(model: str, cost: CostSettings, share: float = 1.0, profile: 
 
 
 class Charge(NamedTuple):
-    """A charge: `cost` billed and `idle_held_cost` (charge "effective"; else NaN)."""
+    """A charge: billed, held but unused, and idle.
+
+    `cost` is billed; `idle_held_cost` is the GPM-unused part not billed (charge
+    "effective"; else NaN); `idle_cost` is what the measured idle time costs at the held
+    price.
+    """
 
     cost: Any
     idle_held_cost: Any
+    idle_cost: Any
 
 
 def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
     """The charge of sums (rows or groups) at `price` per unit of [cost] unit.
+
+    Idle cost is the held price of the units spent in measured idle time: each row's
+    held charge x its idle share, summed as the rows' sums are (`sums.SUMS`). Time nobody
+    measured costs no idle money: missing is never idle.
 
     Args:
         price: per row, `slot_price_for` of its place.
@@ -100,27 +117,27 @@ def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
         cost: [cost]: its unit and charge.
     """
     units, unused = UNIT_SUMS[cost.unit]
-    held = np.asarray(price, dtype=float) * np.asarray(sums[units], dtype=float) / 3600.0
-    if cost.charge == "effective":
-        idle = np.asarray(price, dtype=float) * np.asarray(sums[unused], dtype=float) / 3600.0
-        return Charge(_plain(held - idle), _plain(idle))
-    return Charge(_plain(held), _plain(np.full(np.shape(held), np.nan)))
-
-
-def idle_cost(charged: Charge, held_seconds: Any, idle_seconds: Any) -> Any:
-    """What the measured idle time costs at the held price: held charge x idle share.
-
-    Held charge: `cost` plus `idle_held_cost` where charged "effective". Time nobody
-    measured (idle unknown, NaN) costs no idle money: missing is never idle.
-    """
-    held = np.asarray(charged.cost, dtype=float) + np.nan_to_num(
-        np.asarray(charged.idle_held_cost, dtype=float)
+    per_second = np.asarray(price, dtype=float) / 3600.0
+    held = per_second * np.asarray(sums[units], dtype=float)
+    idle_units = (
+        sums[IDLE_UNIT_SUMS[cost.unit]]
+        if cost.unit in IDLE_UNIT_SUMS
+        else np.nan_to_num(
+            np.asarray(
+                time.idle(
+                    np.asarray(sums["gpu_seconds"], dtype=float),
+                    np.asarray(sums["active_seconds"], dtype=float),
+                    np.asarray(sums["missing_seconds"], dtype=float),
+                ),
+                dtype=float,
+            )
+        )
     )
-    gpu = np.asarray(held_seconds, dtype=float)
-    idle = np.nan_to_num(np.asarray(idle_seconds, dtype=float))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(gpu > 0, held * idle / np.where(gpu > 0, gpu, 1.0), 0.0)
-    return _plain(out)
+    idle_cost = _plain(per_second * np.asarray(idle_units, dtype=float))
+    if cost.charge == "effective":
+        idle = per_second * np.asarray(sums[unused], dtype=float)
+        return Charge(_plain(held - idle), _plain(idle), idle_cost)
+    return Charge(_plain(held), _plain(np.full(np.shape(held), np.nan)), idle_cost)
 
 
 def _plain(value: Any) -> Any:

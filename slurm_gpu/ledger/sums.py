@@ -11,8 +11,11 @@ summed sums (`figures`) is the same whichever road the rows came by.
 - utilization x held seconds over the rows with a mean, and those held seconds;
 - physical GPU-seconds (held x the slot's share of its GPU);
 - GPM-measured seconds, and each GPM mean x its GPM seconds where known;
-- the units of every [cost] unit (GPU-seconds, GiB-seconds, the job's elapsed share) and
-  their parts that GPM measured SM-inactive (`unused_share`: [cost] charge "effective").
+- the units of every [cost] unit (GPU-seconds, GiB-seconds, the job's elapsed share),
+  their parts that GPM measured SM-inactive (`unused_share`: [cost] charge "effective"),
+  and their parts in the row's measured idle time (idle cost: a row's units x its idle
+  share; GPU-seconds' is the idle time itself). Summed, idle cost is a sum like the others,
+  so the rollups keep it under every [cost] unit.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ SUMS = (
     "gpu_unused_seconds",
     "mem_unused_gib_seconds",
     "job_hour_unused_seconds",
+    "mem_idle_gib_seconds",
+    "job_hour_idle_seconds",
 )
 """The prorated sums of a row (store/schema.py's rollup columns have these names)."""
 
@@ -115,6 +120,7 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
     mem = np.nan_to_num(column("mem_gib_seconds"))
     job_hours = np.nan_to_num(np.broadcast_to(np.asarray(job_hour_seconds, dtype=float), (n,)))
     unused = np.asarray(unused_share(gpu, gpm_raw, column("sm_active_mean_percent")), dtype=float)
+    idle_share = _idle_share(gpu, busy, lost)
     out: dict[str, Floats] = {
         "gpu_seconds": gpu,
         "active_seconds": np.asarray(busy, dtype=float),
@@ -129,6 +135,8 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
         "gpu_unused_seconds": gpu * unused,
         "mem_unused_gib_seconds": mem * unused,
         "job_hour_unused_seconds": job_hours * unused,
+        "mem_idle_gib_seconds": mem * idle_share,
+        "job_hour_idle_seconds": job_hours * idle_share,
         "energy_rows": np.where(np.isnan(energy), 0.0, 1.0),
         "summary_rows": np.ones(n),
     }
@@ -137,3 +145,11 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
         out[f"{m}_weighted_sum"] = np.nan_to_num(mean) * gpm
         out[f"{m}_gpm_seconds"] = np.where(np.isnan(mean), 0.0, gpm)
     return out
+
+
+def _idle_share(held: Any, busy: Any, lost: Any) -> Floats:
+    """A row's measured idle time over its held time (0 where unknown or nothing held)."""
+    gpu = np.asarray(held, dtype=float)
+    idle = np.nan_to_num(np.asarray(time.idle(gpu, busy, lost), dtype=float))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(gpu > 0, idle / np.where(gpu > 0, gpu, 1.0), 0.0)

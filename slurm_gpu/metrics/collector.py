@@ -239,14 +239,14 @@ class ClusterCollector:
     def _read_usage(self, now: float) -> None:
         """Jobs since the settled horizon, summed per job like `slurm-gpu report`.
 
-        On the first read of a store with the usage rollups (revision 0010), the jobs
-        folded there that ended before the settling horizon come from them, summed by the
-        database; the rest (and jobs not folded) from raw rows.
+        On the first read, the jobs folded in the usage rollups that ended before the
+        settling horizon come from them, summed by the database; the rest (and jobs not
+        folded) from raw rows.
         """
         cost = self.config.cost if priced(self.config.cost) else None
         since = self._usage.horizon
         rows: list[tuple[UserKey, float | None, list[float]]] = []
-        if since is None and (self.store.current_revision() or "") >= "0010":
+        if since is None:
             since = now - self._settle
             rows += self._settled_from_rollups(since, cost)
         usage = load_usage(

@@ -18,19 +18,17 @@ import pandas as pd
 
 from slurm_gpu.ledger import figures as ledger_figures
 from slurm_gpu.ledger import time
-from slurm_gpu.reports.summary import TOTAL, Report, _sorted, prorated, slot_groups
+from slurm_gpu.reports.summary import TOTAL, Report, prorated, slot_groups, sorted_rows
 from slurm_gpu.reports.sums import PRICED, gpu_sums, prorate
 from slurm_gpu.reports.usage import Usage
 from slurm_gpu.store import usage_rollup
 from slurm_gpu.store.schema import (
-    USAGE_COUNTS,
     USAGE_PLACE,
-    USAGE_SUMS,
     WAIT_BUCKETS,
     WAIT_HISTOGRAMS,
 )
 
-FIGURE_SUMS = (*USAGE_SUMS, *USAGE_COUNTS, "cost", "idle_held_cost")
+FIGURE_SUMS = PRICED
 MEMBER_COLUMNS = ("job_id", "user", "account", "partition", *USAGE_PLACE, "queue_wait")
 
 
@@ -121,7 +119,7 @@ def report_of(
                 sums, members, "user", held_cost, "jobs", top_idle=waste_top, matrix=by_jobs
             )
         ]
-    groups = _sorted(groups, sort)
+    groups = sorted_rows(groups, sort)
     if top is not None:
         groups = groups[:top]
     notes = []
@@ -144,43 +142,6 @@ def with_counts(sums: pd.DataFrame, weights: Sequence[str]) -> pd.DataFrame:
     )
 
 
-def build_report(
-    usage: Usage,
-    group: str,
-    *,
-    since: float,
-    until: float,
-    now: float,
-    cluster: str = "",
-    all_nodes: Sequence[str] = (),
-    busy_factor: float = 1.5,
-    top: int | None = None,
-    sort: str | None = None,
-    waste_top: int = 5,
-) -> Report:
-    """`report_of` the raw rows of `usage` (priced by `load_usage`), every job counted.
-
-    The same road as the rollups' report (`rollups.build_report_from_rollups`): these
-    rows' sums, their jobs counted one by one.
-    """
-    sums, rows = raw_sums(usage, since, until, now)
-    members = sums.assign(
-        job_id=rows["job_id"].to_numpy(), queue_wait=rows["queue_wait"].to_numpy()
-    )
-    return report_of(
-        with_counts(sums, ("jobs", WEIGHT_OF.get(group, "jobs"))),
-        members[list(MEMBER_COLUMNS)] if len(sums) else pd.DataFrame(columns=MEMBER_COLUMNS),
-        group,
-        held_cost="idle_held_cost" in usage.gpus,
-        cluster=cluster,
-        all_nodes=all_nodes,
-        busy_factor=busy_factor,
-        top=top,
-        sort=sort,
-        waste_top=waste_top,
-    )
-
-
 def raw_sums(
     usage: Usage, since: float, until: float, now: float
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -199,7 +160,8 @@ def raw_sums(
     # The ledger's sums of the whole rows (as the fold has them), then prorated.
     gpus = usage.gpus.loc[rows.index]
     whole = gpu_sums(gpus, elapsed).reset_index(drop=True)
-    whole["cost"] = pd.to_numeric(gpus["cost"]).to_numpy(dtype=float) if "cost" in gpus else 0.0
+    for name in ("cost", "idle_cost"):
+        whole[name] = pd.to_numeric(gpus[name]).to_numpy(dtype=float) if name in gpus else 0.0
     whole["idle_held_cost"] = (
         pd.to_numeric(gpus["idle_held_cost"]).to_numpy(dtype=float)
         if "idle_held_cost" in gpus

@@ -1,15 +1,11 @@
 """`slurm-gpu report monthly`: one month's usage, waste and enforcement as HTML + CSV.
 
-Where the store is at the usage rollups' revision (0010) and the selection is -u/-A/-r
-only, under [cost] unit gpu_hour, the tables are summed from the rollups
-(reports/monthly_rollups.py: the month's `job_usage` rows, the unfolded jobs from raw
-rows), with the same figures as from raw rows. Otherwise, as before 0010: figures come
-from the same place as every report (reports/usage.py `load_usage` through
-`ReportEnv.usage`, so the caller's scope applies), prorated to the month like
-`slurm-gpu report` (reports/summary.py `prorated`) and summed by reports/figures.py
-(GPU-hours, cost, utilization weighted by GPU-hours, measured idle and missing
-GPU-hours: time with no readings is never idle, nor idle cost). Controller actions
-come from the audit log (`ControlStore.audit_entries`), enforced entries only.
+The usage tables are those of monthly_tables.py: one road under every [cost] unit and
+charge, the month's sums rows (the rollups of folded jobs, the raw rows of the others),
+figures by the ledger; the statements mailed beside the report read the same tables.
+The days and the node heat map spread each row's GPU-seconds over the local days it
+touches. Controller actions come from the audit log (`ControlStore.audit_entries`),
+enforced entries only.
 
 GPU-hours returned by a cancellation: the job's GPUs x the time left until its time limit
 (Start + Timelimit, from sacct) at the moment it was cancelled. A job whose limit is
@@ -20,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,18 +25,16 @@ import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports import efficiency as gpm
-from slurm_gpu.reports import grouped, monthly_rollups
-from slurm_gpu.reports.figures import Groups, idle_seconds, physical_seconds
 from slurm_gpu.reports.monthly_model import MonthlyReport as MonthlyReport
 from slurm_gpu.reports.monthly_page import render_page
+from slurm_gpu.reports.monthly_tables import AccountPart as AccountPart
+from slurm_gpu.reports.monthly_tables import month_tables
 from slurm_gpu.reports.service import ReportEnv
-from slurm_gpu.reports.summary import has_slots, prorated, slot_groups
-from slurm_gpu.reports.usage import JobFilter, Usage, _overlay, with_job_listing
-from slurm_gpu.store import monthly_reads, queries
+from slurm_gpu.reports.usage import JobFilter, Usage
+from slurm_gpu.store import queries
 from slurm_gpu.store.control import AuditEntry
 from slurm_gpu.units import is_known
 
-UTIL_BINS = [0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100.0001]
 QUOTA_ACTIONS = frozenset({"hold", "release", "block", "unblock", "set_qos", "set_fairshare"})
 
 
@@ -62,7 +55,6 @@ def build_monthly(
     *,
     waste_top: int = 20,
     filters: JobFilter | None = None,
-    from_rollups: bool | None = None,
 ) -> MonthlyReport:
     """The month's report for what `env.scope` may see.
 
@@ -70,14 +62,12 @@ def build_monthly(
         env: the report environment (store, sacct, scope, clock, prices).
         month: YYYY-MM (local time).
         waste_top: jobs listed under "top wasteful jobs".
-        filters: sacct's selection options (default: every visible job).
-        from_rollups: read the usage rollups (reports/monthly_rollups.py) or raw rows;
-            None: the rollups wherever `monthly_rollups.usable`.
+        filters: -u/-A/-r (default: every visible job).
     """
     selection = filters or JobFilter()
     since, until = month_bounds(month, env.tz)
     now = env.now_seconds
-    tables = month_tables(env, since, until, selection, waste_top, from_rollups=from_rollups)
+    tables = month_tables(env, since, until, selection, waste_top)
     days, day_starts = _days(since, until, env.tz)
     gpus_per_node = queries.gpus_per_node(env.store)
     shares = _day_shares(tables.spread, tables.full_seconds, day_starts, until, now)
@@ -147,178 +137,6 @@ def build_monthly(
             "occupancy and node totals need an admin."
         )
     return report
-
-
-@dataclass
-class Tables:
-    """What the report's usage tables are made of, from raw rows or from the rollups.
-
-    spread: a row per usage row with its node, start and end time (the daily and node
-    tables spread `full_seconds`, its GPU-seconds before proration, over the days it
-    touches). jobs_of: the month's facts of these jobs (the controller's actions).
-    """
-
-    spread: pd.DataFrame
-    full_seconds: pd.Series
-    total: dict[str, Any]
-    accounts_seen: int
-    idle_cost: float
-    accounts: list[dict[str, Any]]
-    users: list[dict[str, Any]]
-    utilization: list[dict[str, Any]]
-    idle: list[dict[str, Any]]
-    waste_jobs: list[dict[str, Any]]
-    queue: list[dict[str, Any]]
-    efficiency_note: str | None
-    slots: list[dict[str, Any]]
-    jobs_of: Callable[[Sequence[int]], Usage]
-    statement_of: Callable[[str], AccountPart]
-
-
-@dataclass
-class AccountPart:
-    """One account's part of the month's tables: what its statement says.
-
-    users: the `users` table's records of the account's rows alone (a user of two
-    accounts shows this account's part); total: the account's figures, as its row of
-    the `accounts` table; idle_cost: its idle cost.
-    """
-
-    users: list[dict[str, Any]]
-    total: dict[str, Any]
-    idle_cost: float
-
-
-def month_tables(
-    env: ReportEnv,
-    since: float,
-    until: float,
-    filters: JobFilter,
-    waste_top: int,
-    *,
-    from_rollups: bool | None = None,
-) -> Tables:
-    """The month's tables, from the usage rollups wherever `monthly_rollups.usable`.
-
-    The monthly report and the account statements mailed with it both read these, so a
-    statement's total is its account's row of the report.
-    """
-    if from_rollups is None:
-        from_rollups = monthly_rollups.usable(env, filters)
-    if from_rollups:
-        return _tables_from_rollups(env, since, until, filters, waste_top)
-    return _tables_from_raw(env, since, until, filters, waste_top)
-
-
-def _tables_from_raw(
-    env: ReportEnv, since: float, until: float, filters: JobFilter, waste_top: int
-) -> Tables:
-    """The tables from raw rows (`env.usage`: `load_usage`, with sacct), as before 0010."""
-    now = env.now_seconds
-    usage = env.usage(since, until, filters, figures_only=True)
-    rows = prorated(usage, since, until, now)
-    full_seconds = (
-        rows["gpu_seconds"].astype(float) / rows["fraction"].where(rows["fraction"] > 0, 1.0)
-        if len(rows)
-        else pd.Series(dtype=float)
-    )
-    keep = rows["fraction"] > 0 if len(rows) else pd.Series(dtype=bool)
-    if not keep.all():  # usually every row is kept: no copy then
-        rows, full_seconds = rows[keep], full_seconds[keep]
-    if len(rows):
-        # Measured idle only (reports/figures.py): time nobody measured is missing, so
-        # neither idle cost nor a place among the wasteful jobs.
-        rows = rows.assign(idle_seconds=idle_seconds(rows))
-        # What the idle hours cost at the held price ([cost] charge = "effective" bills
-        # part of it as IdleHeldCost, apart from Cost).
-        held = rows["cost"] + rows["idle_held_cost"] if "idle_held_cost" in rows else rows["cost"]
-        rows = rows.assign(
-            idle_cost=held
-            * (rows["idle_seconds"] / rows["gpu_seconds"].where(rows["gpu_seconds"] > 0)).fillna(
-                0.0
-            )
-        )
-    whole = Groups(rows)  # the month's totals
-    total = whole.figures()[0][1]
-    accounts = _grouped(rows, "account")
-    return Tables(
-        spread=rows,
-        full_seconds=full_seconds,
-        total=total,
-        accounts_seen=int(rows["account"].nunique()) if len(rows) else 0,
-        idle_cost=whole.sum("idle_cost", 0, len(rows)) if len(rows) else 0.0,
-        accounts=accounts,
-        users=_grouped(rows, "user"),
-        utilization=_utilization(rows),
-        idle=_idle(rows),
-        waste_jobs=_waste_jobs(rows, usage, waste_top, env),
-        queue=_queue(usage, since, until),
-        efficiency_note=gpm.unmeasured_note(rows, total),
-        slots=_slots(rows) if has_slots(rows) else [],
-        jobs_of=lambda ids: usage,
-        statement_of=lambda account: _raw_statement(rows, account),
-    )
-
-
-def _raw_statement(rows: pd.DataFrame, account: str) -> AccountPart:
-    """`Tables.statement_of` from prorated GPU rows."""
-    part = rows[rows["account"].astype(str) == account] if len(rows) else rows
-    if not len(part):
-        return AccountPart([], Groups(part).figures()[0][1], 0.0)
-    whole = Groups(part)
-    return AccountPart(
-        _grouped(part, "user"), whole.figures()[0][1], whole.sum("idle_cost", 0, len(part))
-    )
-
-
-def _tables_from_rollups(
-    env: ReportEnv, since: float, until: float, filters: JobFilter, waste_top: int
-) -> Tables:
-    """The tables from the usage rollups (reports/monthly_rollups.py), same figures."""
-    month = monthly_rollups.month_rows(env, since, until, filters, UTIL_BINS)
-    sums, members = month.sums, month.members
-    held = env.config.cost.charge == "effective"
-    total = _without_physical(grouped.figures_of(sums, members, held))
-    spread = sums[["node", "start_time", "end_time"]] if len(sums) else pd.DataFrame()
-    full = sums["full_seconds"] if len(sums) else pd.Series(dtype=float)
-    slots: list[dict[str, Any]] = []
-    if has_slots(sums):
-        slots = _summed_groups(
-            sums.assign(slot=slot_groups(sums)),
-            members.assign(slot=slot_groups(members) if len(members) else []),
-            "slot",
-            held,
-        )
-    return Tables(
-        spread=spread,
-        full_seconds=full,
-        total=total,
-        accounts_seen=int(sums["account"].nunique()) if len(sums) else 0,
-        idle_cost=float(sums["idle_cost"].sum()) if len(sums) else 0.0,
-        accounts=_summed_groups(sums, members, "account", held),
-        users=_summed_groups(sums, members, "user", held),
-        utilization=_binned_utilization(month.bins, sums),
-        idle=_idle(sums),
-        waste_jobs=_summed_waste_jobs(sums, members, waste_top, env, filters, held),
-        queue=_queue(Usage(month.jobs, pd.DataFrame(columns=["job_id"])), since, until),
-        efficiency_note=gpm.unmeasured_note(sums, total),
-        slots=slots,
-        jobs_of=lambda ids: monthly_rollups.job_facts(env, ids, filters, since, until),
-        statement_of=lambda account: _summed_statement(sums, members, account, held),
-    )
-
-
-def _summed_statement(
-    sums: pd.DataFrame, members: pd.DataFrame, account: str, held: bool
-) -> AccountPart:
-    """`Tables.statement_of` from the month's sums rows."""
-    part = sums[sums["account"].astype(str) == account] if len(sums) else sums
-    counted = members[members["account"].astype(str) == account] if len(members) else members
-    total = _without_physical(grouped.figures_of(part, counted, held))
-    if not len(part):
-        return AccountPart([], total, 0.0)
-    users = _summed_groups(part, counted, "user", held)
-    return AccountPart(users, total, float(part["idle_cost"].sum()))
 
 
 def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], list[float]]:
@@ -446,244 +264,6 @@ def _nodes(
                 else [0.0] * len(seconds),
             }
         )
-    return out
-
-
-def _grouped(rows: pd.DataFrame, key: str) -> list[dict[str, Any]]:
-    """`report accounts/users` figures per group, most GPU-hours first."""
-    out = []
-    if len(rows):
-        groups = Groups(rows, key)
-        account_codes, accounts = None, None
-        if key == "user":  # a user's accounts: codes in group order, names once per group
-            codes, uniques = pd.factorize(rows["account"], use_na_sentinel=False)
-            accounts = list(uniques)
-            account_codes = codes[groups.positions()]
-        for (value, group_figures), (a, b) in zip(groups.figures(), groups.bounds, strict=True):
-            record = {"key": str(value), **group_figures}
-            if account_codes is not None and accounts is not None:
-                names = {str(accounts[c]) for c in np.unique(account_codes[a:b])}
-                record["account"] = ",".join(sorted(names))
-            record["idle_cost"] = groups.sum("idle_cost", a, b)
-            out.append(record)
-    out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
-    return out
-
-
-def _slots(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    """GPU-hours (slot-hours held), physical GPU-hours and cost per model and slot."""
-    rows = rows.assign(slot=slot_groups(rows))
-    physical = physical_seconds(rows, "slot")
-    out = _grouped(rows, "slot")
-    for record in out:
-        record["physical_gpu_hours"] = physical.get(record["key"], 0.0) / 3600.0
-    return out
-
-
-def _utilization(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    """GPU-hours by the job-GPU's mean utilization, in 10-point bins, plus "no readings"."""
-    util = pd.to_numeric(rows["util_mean_percent"], errors="coerce") if len(rows) else None
-    hours = rows["gpu_seconds"].astype(float) / 3600.0 if len(rows) else None
-    total = float(hours.sum()) if hours is not None else 0.0
-    out = []
-    for low, high in itertools.pairwise(UTIL_BINS):
-        if util is None or hours is None:
-            part, count = 0.0, 0
-        else:
-            mask = (util >= low) & (util < high)
-            part, count = float(hours[mask].sum()), int(mask.sum())
-        label = f"{low:.0f}-{min(high, 100):.0f}%"
-        out.append(
-            {"bin": label, "gpu_hours": part, "gpus": count, "share_percent": _pct(part, total)}
-        )
-    if util is not None and hours is not None and bool(util.isna().any()):
-        part = float(hours[util.isna()].sum())
-        out.append(
-            {"bin": "no readings", "gpu_hours": part, "gpus": int(util.isna().sum()),
-             "share_percent": _pct(part, total)}
-        )  # fmt: skip
-    return out
-
-
-def _pct(part: float, total: float) -> float | None:
-    return 100.0 * part / total if total > 0 else None
-
-
-def _idle(rows: pd.DataFrame) -> list[dict[str, Any]]:
-    """Idle GPU-hours and their cost per account, most idle first, with a total row."""
-    if not len(rows):
-        return []
-    grouped = rows.groupby("account")[["idle_seconds", "gpu_seconds", "idle_cost"]].sum()
-    out: list[dict[str, Any]] = [
-        {
-            "key": str(account),
-            "idle_gpu_hours": float(r.idle_seconds) / 3600.0,
-            "gpu_hours": float(r.gpu_seconds) / 3600.0,
-            "idle_percent": _pct(float(r.idle_seconds), float(r.gpu_seconds)),
-            "idle_cost": float(r.idle_cost),
-        }
-        for account, r in grouped.iterrows()
-    ]
-    out.sort(key=lambda r: (-r["idle_gpu_hours"], r["key"]))
-    return out
-
-
-def _waste_jobs(rows: pd.DataFrame, usage: Usage, top: int, env: ReportEnv) -> list[dict[str, Any]]:
-    """The jobs with the most idle GPU-hours in the month.
-
-    They are named from the store when the month's job frame holds figures only.
-    """
-    if not len(rows):
-        return []
-    # Idle seconds per job: one bincount over job codes (job ids ascending, as a
-    # groupby orders them), then the most idle first, ties in job order.
-    codes, job_ids = pd.factorize(rows["job_id"], sort=True)
-    idle = pd.Series(
-        np.bincount(codes, weights=rows["idle_seconds"].to_numpy(), minlength=len(job_ids)),
-        index=job_ids,
-    )
-    idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
-    listed = usage.jobs[usage.jobs["job_id"].isin(idle.index)]
-    facts = with_job_listing(env.store, listed, env.now_seconds).set_index("job_id")
-    # The listed jobs' figures in one pass over their rows.
-    listed_rows = rows.iloc[np.flatnonzero(np.isin(rows["job_id"].to_numpy(), idle.index))]
-    per_job = dict(Groups(listed_rows, "job_id").figures())
-    out = []
-    for job_id in idle.index:
-        job = facts.loc[job_id]
-        job_figures = per_job[job_id]
-        out.append(_waste_record(job, job_figures))
-    return out
-
-
-def _waste_record(job: Mapping[str, Any], figures: Mapping[str, Any]) -> dict[str, Any]:
-    """One row of the top waste jobs: the job's facts and its figures in the month."""
-    return {
-        "job_id": str(job["job_id_text"]),
-        "name": str(job["name"]),
-        "user": str(job["user"]),
-        "account": str(job["account"]),
-        "partition": str(job["partition"]),
-        "state": str(job["state"]),
-        "gpus": int(job["alloc_gpus"] or 0),
-        **{k: figures[k] for k in ("gpu_hours", "idle_gpu_hours", "util_mean_percent")},
-        "idle_percent": figures["idle_percent"],
-        "cost": figures["cost"],
-    }
-
-
-def _queue(usage: Usage, since: float, until: float) -> list[dict[str, Any]]:
-    """Start - Submit of the jobs that started in the month, per partition and overall."""
-    jobs = usage.jobs
-    start = pd.to_numeric(jobs["start_time"], errors="coerce")
-    submit = pd.to_numeric(jobs["submit_time"], errors="coerce")
-    began = jobs[(start >= since) & (start < until) & submit.notna()]
-    wait = (start - submit)[began.index].clip(lower=0.0)
-    out = []
-    groups = [(str(p), wait[began["partition"] == p]) for p in sorted(set(began["partition"]))]
-    for name, part in [*groups, ("ALL", wait)]:
-        out.append(
-            {
-                "key": name,
-                "jobs": len(part),
-                "mean_seconds": float(part.mean()) if len(part) else None,
-                "median_seconds": float(part.median()) if len(part) else None,
-                "p95_seconds": float(part.quantile(0.95)) if len(part) else None,
-                "max_seconds": float(part.max()) if len(part) else None,
-                "_total": name == "ALL",
-            }
-        )
-    return out
-
-
-def _summed_groups(
-    sums: pd.DataFrame, members: pd.DataFrame, key: str, held: bool
-) -> list[dict[str, Any]]:
-    """`_grouped` from sums rows (reports/rollups.py `_grouped`), most GPU-hours first."""
-    if not len(sums):
-        return []
-    names = sums[key].astype(str)
-    idle_cost = sums["idle_cost"].groupby(names.to_numpy()).sum()
-    accounts: dict[str, set[str]] = {}
-    if key == "user":
-        for user, account in set(zip(names, sums["account"].astype(str), strict=True)):
-            accounts.setdefault(user, set()).add(account)
-    out = []
-    for value, figures in grouped.grouped(sums, members, key, held, "jobs"):
-        record = {"key": str(value), **(figures if key == "slot" else _without_physical(figures))}
-        if key == "user":
-            record["account"] = ",".join(sorted(accounts.get(str(value), set())))
-        record["idle_cost"] = float(idle_cost.get(str(value), 0.0))
-        out.append(record)
-    out.sort(key=lambda r: (-r["gpu_hours"], r["key"]))
-    return out
-
-
-def _without_physical(figures: dict[str, Any]) -> dict[str, Any]:
-    """reports/rollups.py figures as `Groups.figures` gives them: no physical GPU-hours.
-
-    The slots table shows those (`_slots`).
-    """
-    return {k: v for k, v in figures.items() if k != "physical_gpu_hours"}
-
-
-def _binned_utilization(bins: pd.DataFrame, sums: pd.DataFrame) -> list[dict[str, Any]]:
-    """`_utilization` from the GPU-seconds and rows per bin (reports/monthly_rollups.py)."""
-    total = float(sums["gpu_seconds"].astype(float).sum()) / 3600.0 if len(sums) else 0.0
-    seconds: dict[int, float] = {}
-    counts: dict[int, int] = {}
-    if len(bins):
-        summed = bins.groupby("bin")[["gpu_seconds", "rows"]].sum()
-        names = [int(b) for b in summed.index.to_numpy()]
-        seconds = dict(zip(names, summed["gpu_seconds"].astype(float).tolist(), strict=True))
-        counts = dict(zip(names, summed["rows"].astype("int64").tolist(), strict=True))
-    out = []
-    for i, (low, high) in enumerate(itertools.pairwise(UTIL_BINS)):
-        part = seconds.get(i, 0.0) / 3600.0
-        out.append(
-            {"bin": f"{low:.0f}-{min(high, 100):.0f}%", "gpu_hours": part,
-             "gpus": counts.get(i, 0), "share_percent": _pct(part, total)}
-        )  # fmt: skip
-    if counts.get(monthly_reads.NO_READINGS, 0):
-        part = seconds[monthly_reads.NO_READINGS] / 3600.0
-        out.append(
-            {"bin": "no readings", "gpu_hours": part, "gpus": counts[monthly_reads.NO_READINGS],
-             "share_percent": _pct(part, total)}
-        )  # fmt: skip
-    return out
-
-
-def _summed_waste_jobs(
-    sums: pd.DataFrame,
-    members: pd.DataFrame,
-    top: int,
-    env: ReportEnv,
-    filters: JobFilter,
-    held: bool,
-) -> list[dict[str, Any]]:
-    """`_waste_jobs` from sums rows: the jobs' facts read for the listed ones only."""
-    if not len(sums):
-        return []
-    idle = sums.groupby(sums["job_id"].astype("int64"))["idle_seconds"].sum().sort_index()
-    idle = idle[idle > 0].sort_values(ascending=False, kind="stable").head(top)
-    listed = monthly_rollups.jobs_usage(env, idle.index.tolist(), filters)
-    facts = with_job_listing(env.store, listed.jobs, env.now_seconds).set_index("job_id")
-    # The store's jobs hold only what the hooks and `slurm-gpu sync` wrote (no name before
-    # a sync): sacct's facts of the listed jobs win, as load_usage lays them over the raw
-    # path's rows (one `sacct -j` of these few jobs).
-    asked = JobFilter(job_ids=tuple(str(i) for i in idle.index))
-    answered = env.sacct(None, None, asked) if len(idle) else None  # none: every job
-    sacct = {j.job_id: j for j in answered or ()}
-    chosen = sums["job_id"].astype("int64").isin(idle.index).to_numpy()
-    chosen_members = members["job_id"].astype("int64").isin(idle.index).to_numpy()
-    per_job = dict(grouped.grouped(sums[chosen], members[chosen_members], "job_id", held, "jobs"))
-    out = []
-    for job_id in idle.index:
-        job = facts.loc[job_id].to_dict() | {"job_id": int(job_id)}
-        if int(job_id) in sacct:
-            job = _overlay(job, sacct[int(job_id)])
-        job_figures = per_job[str(job_id)]
-        out.append(_waste_record(job, job_figures))
     return out
 
 

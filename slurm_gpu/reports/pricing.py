@@ -13,7 +13,7 @@ from slurm_gpu.reports.sums import gpu_sums, priced
 
 
 def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
-    """`gpus` with a `cost` column (and `idle_held_cost` under charge "effective").
+    """`gpus` with `cost`, `idle_cost` (and `idle_held_cost` under charge "effective").
 
     Each row's charge is the ledger's of its sums (`reports.sums`): job_hour shares the
     job's elapsed time equally among its GPU rows.
@@ -21,6 +21,7 @@ def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) 
     gpus = gpus.copy()
     if gpus.empty or cost is None:
         gpus["cost"] = pd.Series(dtype=float) if gpus.empty else 0.0
+        gpus["idle_cost"] = gpus["cost"]
         if cost is not None and cost.charge == "effective":
             gpus["idle_held_cost"] = gpus["cost"]
         return gpus
@@ -28,6 +29,7 @@ def add_cost(gpus: pd.DataFrame, jobs: pd.DataFrame, cost: CostSettings | None) 
     place = [c for c in ("gpu_model", "mig_profile", "share") if c in gpus]
     charged = priced(gpu_sums(gpus, elapsed).join(gpus[place]), cost)
     gpus["cost"] = charged["cost"].to_numpy(dtype=float)
+    gpus["idle_cost"] = charged["idle_cost"].to_numpy(dtype=float)
     if cost.charge == "effective":
         gpus["idle_held_cost"] = charged["idle_held_cost"].to_numpy(dtype=float)
     return gpus

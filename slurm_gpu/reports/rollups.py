@@ -1,6 +1,7 @@
-"""`slurm-gpu report` from the usage rollups (revision 0010, issue 16).
+"""`slurm-gpu report`: the period's sums, the one road to every group's figures.
 
-The same figures as reports/summary.py `build_report` over the GPU frame, summed from:
+The period's usage is a set of sums rows (the ledger's, reports/sums.py) whatever their
+source, summed from:
 
 - `usage_monthly` for the whole UTC months inside the period and `usage_daily` for its
   other whole UTC days (each row already prorated, as `prorated` prorates a job: by the
@@ -12,8 +13,8 @@ The same figures as reports/summary.py `build_report` over the GPU frame, summed
   a UTC midnight); at an end at a midnight, the counts of the jobs running across it
   from `usage_across` instead (revision 0013), so that a month's report reads no job
   one by one;
-- raw rows, the old way (reports/usage.py), for the jobs of the period that are not
-  folded: running, no summary yet, no start or no end time.
+- raw rows (reports/usage.py), as the ledger's sums of each GPU row, for the jobs of the
+  period that are not folded: running, no summary yet, no start or no end time.
 
 Jobs are counted once per group: the rollups count each job on the last UTC day it has
 usage in, with weights that add up to one in any group holding its rows (schema.py
@@ -24,8 +25,9 @@ Queue wait: the mean is exact (sums of waits x weight); the 95th percentile come
 the folded log2 histogram (within one bucket of numpy's, placed evenly inside its bucket)
 wherever folded jobs are counted, exact where all are counted one by one.
 
-Every other figure is a sum of per-row sums (store/usage_rollup.py `row_sums`), so it
-equals the old computation up to the order floats are added in.
+Every other figure is the ledger's of summed per-row sums (`ledger.sums.row_sums`), so a
+job's figures are the same whether it is folded or read raw, up to the order floats are
+added in (tests/usage_sources.py runs the report tests over each source).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from slurm_gpu.reports.grouped import (
 from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.summary import Report
 from slurm_gpu.reports.sums import priced
-from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select, load_usage
+from slurm_gpu.reports.usage import JobFilter, Usage, alloc_or_counted, load_usage, select
 from slurm_gpu.store import Store, queries, rollup_reads, usage_rollup
 from slurm_gpu.store.schema import (
     MEMBER_WEIGHTS,
@@ -95,9 +97,9 @@ def build_report_from_rollups(
     sort: str | None = None,
     waste_top: int = 5,
 ) -> Report:
-    """`build_report` of the period's usage, read from the rollups (module docstring).
+    """The report of the period's usage by `group` (module docstring).
 
-    Arguments as `load_usage` and `build_report` take them; `filters` only -u/-A/-r.
+    Arguments as `load_usage` and `report_of` take them; `filters` only -u/-A/-r.
     """
     sums, members = period_usage(
         store,
@@ -153,7 +155,7 @@ def period_usage(
     whole = first < last
     # A period ending at a midnight: the counts of the jobs across it are in usage_across
     # (by owner and place but the node: `report node` reads those jobs one by one).
-    across = whole and last == until and not by_node and rollup_reads.counts_across(store)
+    across = whole and last == until and not by_node
     parts: list[pd.DataFrame] = []
     if whole:
         parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
@@ -162,24 +164,24 @@ def period_usage(
         edges = [(since, until)]
     if across:
         parts.append(across_counts(store, last, weights=weights))
-    cells = _models_filled(
+    cells = models_filled(
         boundary_cells(store, since, until, first if whole else None, last, counted_across=across),
         store,
     )
     for a, b in edges:
         if b > a or (b == a == until):
-            edge = _edge(cells, a, b, closed=b == until)
+            edge = edge_part(cells, a, b, closed=b == until)
             parts.append(edge.drop(columns=list(MEMBER_WEIGHTS)))
     parts = [p for p in parts if len(p)]
     sums = pd.concat(parts, ignore_index=True) if parts else _empty_sums()
-    sums = priced(_models_filled(sums, store), cost)
+    sums = priced(models_filled(sums, store), cost)
     members = _members(cells, since, until, (first, last) if whole else None, counted_across=across)
     raw_sums, raw_members = _raw_part(store, since, until, now, scope, filters, cost, lag)
     sums = pd.concat([sums, raw_sums], ignore_index=True) if len(raw_sums) else sums
     sums = with_counts(sums, weights)
     if len(raw_members):
         members = pd.concat([members, raw_members], ignore_index=True)
-    return _visible(sums, scope, filters), _visible(members, scope, filters)
+    return visible(sums, scope, filters), visible(members, scope, filters)
 
 
 def _empty_sums() -> pd.DataFrame:
@@ -284,7 +286,7 @@ def _frame(
     )
 
 
-def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
+def models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
     """Blank GPU models filled with their node's one model (reports/frames.py fill_models).
 
     The rollups keep a summary's blank model blank (what the inventory knows changes
@@ -308,7 +310,7 @@ def _models_filled(frame: pd.DataFrame, store: Store) -> pd.DataFrame:
     return frame.assign(gpu_model=models)
 
 
-def _edge(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFrame:
+def edge_part(cells: pd.DataFrame, a: float, b: float, *, closed: bool) -> pd.DataFrame:
     """`job_usage` rows prorated to [a, b) (closed: [a, b]), as the reports prorate them."""
     if not len(cells):
         return cells.iloc[0:0]
@@ -375,14 +377,14 @@ def _raw_part(
     if not ids:
         return empty, pd.DataFrame(columns=MEMBER_COLUMNS)
     stored = queries.job_rows_in_window(store, None, None, ids)
-    jobs = _select(stored_jobs(stored, queries.JOB_ROW_COLUMNS, now), filters, scope)
+    jobs = select(stored_jobs(stored, queries.JOB_ROW_COLUMNS, now), filters, scope)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
     read = GPU_COLUMNS  # with the GPU UUID ([cost] unit job_hour counts GPU rows)
     summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=read)
     unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
     gpus = gpu_rows(store, wanted, summary_rows, read, unsummarized)
     if not gpus.empty:
-        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+        jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gpus = add_cost(fill_models(gpus, store), jobs, cost)
     usage = Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
     raw, rows = raw_sums(usage, since, until, now)
@@ -392,7 +394,7 @@ def _raw_part(
     return raw, members[list(MEMBER_COLUMNS)]
 
 
-def _visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFrame:
+def visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFrame:
     """The rows `scope` may see that pass -u/-A/-r."""
     if not len(frame):
         return frame
@@ -427,7 +429,7 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     )
     rows = rollup_reads.settled_usage(store, before, figures)
     names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
-    frame = priced(_models_filled(pd.DataFrame(rows, columns=names), store), cost)
+    frame = priced(models_filled(pd.DataFrame(rows, columns=names), store), cost)
     if not len(frame):
         return pd.DataFrame(columns=["user", "account", "gpu_seconds", "active_seconds", "cost"])
     return (

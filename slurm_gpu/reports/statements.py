@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurm_gpu.reports.monthly import MonthlyReport, month_bounds, month_tables
+from slurm_gpu.reports.monthly import MonthlyReport, month_bounds
+from slurm_gpu.reports.monthly_tables import month_tables
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.units import is_known

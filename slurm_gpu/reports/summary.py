@@ -131,7 +131,12 @@ def slot_groups(rows: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=rows.index, dtype=object)
 
 
-def _sorted(groups: list[dict[str, Any]], sort: str | None) -> list[dict[str, Any]]:
+def sorted_rows(groups: list[dict[str, Any]], sort: str | None) -> list[dict[str, Any]]:
+    """Report rows by --sort (default GPUHours), most first.
+
+    Raises:
+        ValueError: an unknown --sort field.
+    """
     fields = report_fields("", charge="effective", slots=True)  # every field a report may have
     name = sort or "GPUHours"
     by_lower = {n.lower(): f for n, f in fields.items()}

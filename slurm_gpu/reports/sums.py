@@ -18,7 +18,9 @@ from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.ledger import pricing
 from slurm_gpu.ledger.sums import COUNTS, ROW_COLUMNS, SUMS, row_sums
 
-PRICED = (*SUMS, *COUNTS, "cost", "idle_held_cost")
+CHARGES = ("cost", "idle_held_cost", "idle_cost")
+"""A sums row's charge (ledger.pricing.Charge), prorated with its sums."""
+PRICED = (*SUMS, *COUNTS, *CHARGES)
 """The columns of a priced sums frame besides its owner and place."""
 OWNER = ("user", "account", "partition")
 """Whose usage a sums row is (store/usage_rollup.py OWNER)."""
@@ -51,7 +53,9 @@ def gpu_sums(gpus: pd.DataFrame, elapsed: pd.Series | None = None) -> pd.DataFra
 
 
 def priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
-    """Sums rows with `cost` and `idle_held_cost` (NaN unless charged "effective").
+    """Sums rows with their charge: `cost`, `idle_held_cost` and `idle_cost`.
+
+    The ledger's `pricing.charge`; `idle_held_cost` is NaN unless charged "effective".
 
     Each row is priced by its place (`gpu_model`, `mig_profile`, `share`); without
     [cost] every charge is 0.
@@ -60,10 +64,12 @@ def priced(sums: pd.DataFrame, cost: CostSettings | None) -> pd.DataFrame:
     if cost is None or not len(sums):
         sums["cost"] = 0.0
         sums["idle_held_cost"] = 0.0 if cost is not None and cost.charge == "effective" else np.nan
+        sums["idle_cost"] = 0.0
         return sums
     charged = pricing.charge(place_prices(sums, cost), sums, cost)
     sums["cost"] = charged.cost
     sums["idle_held_cost"] = charged.idle_held_cost
+    sums["idle_cost"] = charged.idle_cost
     return sums
 
 
@@ -92,7 +98,7 @@ def place_prices(frame: pd.DataFrame, cost: CostSettings) -> np.ndarray:
 
 def prorate(sums: pd.DataFrame, fraction: np.ndarray) -> pd.DataFrame:
     """Sums rows scaled to the part of their job inside a period (counts are not)."""
-    scaled = [c for c in (*SUMS, "cost", "idle_held_cost") if c in sums]
+    scaled = [c for c in (*SUMS, *CHARGES) if c in sums]
     out = sums.copy()
     out[scaled] = sums[scaled].to_numpy(dtype=float) * np.asarray(fraction, dtype=float)[:, None]
     return out

@@ -112,11 +112,11 @@ def load_usage(
             row = dict(zip(read, record, strict=True))
             rows[int(row["job_id"])] = _from_store(row)
         for job in sacct_jobs:
-            rows[job.job_id] = _overlay(rows.get(job.job_id), job)
+            rows[job.job_id] = overlay(rows.get(job.job_id), job)
         jobs = pd.DataFrame([_finish(r, now) for r in rows.values()], columns=JOB_COLUMNS)
     else:
         jobs = stored_jobs(stored, read, now)
-    jobs = _select(jobs, filters, scope)
+    jobs = select(jobs, filters, scope)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
     gpu_columns = FIGURE_GPU_ROW_COLUMNS if figures_only else GPU_COLUMNS
     summary_rows: Records
@@ -127,7 +127,7 @@ def load_usage(
     unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
     gpus = gpu_rows(store, wanted, summary_rows, gpu_columns, unsummarized)
     if not gpus.empty:
-        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+        jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gres = {j.job_id: ",".join(t for t, _ in j.gpu_types) for j in sacct_jobs or () if j.gpu_types}
     gpus = fill_models(gpus, store, gres)
     gpus = add_cost(gpus, jobs, cost)
@@ -150,7 +150,7 @@ def with_job_listing(store: Store, jobs: pd.DataFrame, now: float) -> pd.DataFra
     return jobs.join(listing[missing], on="job_id")[JOB_COLUMNS]
 
 
-def _alloc_or_counted(jobs: pd.DataFrame, gpu_job_ids: np.ndarray) -> list[int] | np.ndarray:
+def alloc_or_counted(jobs: pd.DataFrame, gpu_job_ids: np.ndarray) -> list[int] | np.ndarray:
     """Each job's allocated GPUs, or where unknown (None, 0) the number of its GPU rows."""
     ids, counts = np.unique(gpu_job_ids, return_counts=True)
     alloc = jobs["alloc_gpus"]
@@ -187,7 +187,7 @@ def _from_store(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
+def overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
     """sacct's facts win over the store's; the store keeps what sacct lacks."""
     row = dict(base or {})
     facts = {
@@ -223,7 +223,9 @@ def _finish(row: dict[str, Any], now: float) -> dict[str, Any]:
     return out
 
 
-def _select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
+def select(jobs: pd.DataFrame, f: JobFilter, scope: Scope) -> pd.DataFrame:
+    """The jobs `scope` may see that the filters select, in job id order."""
+
     def keep(mask: list[bool]) -> pd.DataFrame:
         # A boolean Series on the frame's index: a plain empty list would select columns.
         return jobs[pd.Series(mask, index=jobs.index, dtype=bool)]

@@ -57,6 +57,7 @@ def summed_usage(
     of a known GPU model are summed over nodes (the node blank); `usage_monthly` and
     `usage_across` keep them so (never `by_node`).
     """
+    store.require_head("reading the usage rollups")
     rows: list[tuple[Any, ...]] = []
     with store.reading("reading the usage rollups") as conn:
         for kind, low, high in spans:
@@ -89,24 +90,11 @@ def summed_usage(
     return rows
 
 
-# The revision that keeps `usage_extent` (the longest folded job of each cluster).
-EXTENT_REVISION = "0012"
-# The revision that keeps `usage_across` (the counts of the jobs across each midnight).
-ACROSS_REVISION = "0013"
-
-
-def counts_across(store: Store) -> bool:
-    """Whether the store keeps `usage_across` (else the jobs across an end are read)."""
-    return (store.current_revision() or "") >= ACROSS_REVISION
-
-
-def longest_job(store: Store) -> float | None:
-    """Seconds of the cluster's longest folded job; None: unknown (a store before 0012).
+def longest_job(store: Store) -> float:
+    """Seconds of the cluster's longest folded job.
 
     0 when nothing is folded: no job can be across a period's end then.
     """
-    if (store.current_revision() or "") < EXTENT_REVISION:
-        return None
     e = usage_extent.c
     query = sa.select(e.longest_job_seconds).where(e.cluster == store.cluster)
     with store.reading("reading the longest folded job") as conn:
@@ -133,9 +121,9 @@ def boundary_rows(
     ending at the midnight `last`, its counts there read from `usage_across`): of the
     latter, those started at `last` only (an instant job there). Each query is a range of start
     times, the period's and the cluster's longest job before it (`longest_job`; the
-    (cluster, start_time, end_time) index), not of every job ended after it; before
-    revision 0012, a range of the (cluster, end_time, start_time) index.
+    (cluster, start_time, end_time) index), not of every job ended after it.
     """
+    store.require_head("reading the usage rollups")
     longest = longest_job(store)
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
@@ -147,7 +135,7 @@ def boundary_rows(
 
         (A second more: `longest` is a difference of stored floats.)
         """
-        return sa.true() if longest is None else u.start_time >= t - longest - 1.0
+        return u.start_time >= t - longest - 1.0
 
     if first is None:
         parts = [base.where(started_after(since))]

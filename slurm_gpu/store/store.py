@@ -94,6 +94,7 @@ class Store(Database):
     ) -> None:
         super().__init__(url, cluster, echo, pool_size)
         self.ingest = Ingest(self.engine.dialect, cluster)
+        self._at_head = False
 
     @functools.cached_property
     def control(self) -> ControlStore:
@@ -143,11 +144,32 @@ class Store(Database):
             return context.get_current_revision()
 
     @staticmethod
+    @functools.cache
     def head_revision() -> str | None:
         """The newest schema revision this slurm-gpu knows."""
         cfg = alembic.config.Config()
         cfg.set_main_option("script_location", MIGRATIONS)
         return alembic.script.ScriptDirectory.from_config(cfg).get_current_head()
+
+    def require_head(self, doing: str) -> None:
+        """Refuse to read a store whose schema is behind this slurm-gpu's.
+
+        The usage rollups hold the sums of the newest revision; a report of an older
+        store would read columns that are not there. Checked once per Store: a schema
+        does not go back.
+
+        Raises:
+            StoreError: the store is not at the newest revision, naming the fix.
+        """
+        if self._at_head:
+            return
+        revision, head = self.current_revision(), self.head_revision()
+        if revision != head:
+            raise StoreError(
+                f"store {self.where} is at schema revision {revision or '(none)'}; "
+                f"{doing} needs revision {head}: run `slurm-gpu db upgrade`"
+            )
+        self._at_head = True
 
     # ------------------------------------------------------------------ intervals
 

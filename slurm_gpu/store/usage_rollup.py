@@ -456,14 +456,11 @@ def rebuild(
     conn: sa.Connection,
     cluster: str | None = None,
     since: float | None = None,
-    *,
-    across: bool = True,
 ) -> int:
     """Recompute the rollups from raw rows: of every job ending at or after `since`.
 
-    `cluster` None: every cluster in the store. `across`: `usage_across` too (False: the
-    0010 upgrade, before that table exists). In the caller's transaction. Returns the
-    number of `job_usage` rows written.
+    `cluster` None: every cluster in the store. In the caller's transaction (a store
+    upgrade's: migrations/env.py). Returns the number of `job_usage` rows written.
     """
     j, s, u, d, m = jobs.c, job_gpu_summaries.c, job_usage.c, usage_daily.c, usage_monthly.c
     a = usage_across.c
@@ -503,9 +500,8 @@ def rebuild(
         conn.execute(stale)
         conn.execute(days)
         conn.execute(months)
-        if across:
-            crossed = sa.delete(usage_across).where(a.cluster == name)
-            conn.execute(crossed if since is None else crossed.where(a.day >= since))
+        crossed = sa.delete(usage_across).where(a.cluster == name)
+        conn.execute(crossed if since is None else crossed.where(a.day >= since))
         ids = [int(i) for (i, _) in conn.execute(query)]
         # Each chunk's rows are folded into the days and let go, and the whole days are
         # written as they close: memory grows with the days a job spans, not with the
@@ -518,8 +514,7 @@ def rebuild(
             if part:
                 conn.execute(sa.insert(job_usage), part)
                 fold_daily(daily, part)
-                if across:
-                    fold_across(crossing, part)
+                fold_across(crossing, part)
                 written += len(part)
                 today = day_of(max(float(c["start_time"]) for c in part))
                 if today > closed:
@@ -557,41 +552,6 @@ def _flush_days(
     rows = [r for r in rows if since is None or r["day"] >= since]
     for at in range(0, len(rows), CHUNK):
         conn.execute(sa.insert(table), rows[at : at + CHUNK])
-
-
-def rebuild_across(conn: sa.Connection) -> None:
-    """Recompute `usage_across` of every cluster from its `job_usage` rows (revision 0013).
-
-    The jobs in order of start, a chunk at a time: a midnight is written once no later
-    job can run across it, so memory follows the days a job spans, not the store.
-    """
-    u = job_usage.c
-    conn.execute(sa.delete(usage_across))
-    names = ("cluster", "job_id", *OWNER, *USAGE_PLACE, "submit_time", "start_time", "end_time")
-    for (cluster,) in conn.execute(sa.select(u.cluster).distinct()).all():
-        ids = [
-            int(i)
-            for (i, _) in conn.execute(
-                sa.select(u.job_id, sa.func.min(u.start_time).label("began"))
-                .where(u.cluster == cluster)
-                .group_by(u.job_id)
-                .order_by("began", u.job_id)
-            )
-        ]
-        crossing: dict[tuple[Any, ...], dict[str, Any]] = {}
-        for at in range(0, len(ids), CHUNK):
-            chunk = ids[at : at + CHUNK]
-            part = _stored_cells(
-                conn,
-                sa.select(*(u[n] for n in (*names, *MEMBER_WEIGHTS))).where(
-                    u.cluster == cluster, u.job_id.in_(chunk)
-                ),
-            )
-            fold_across(crossing, part)
-            if part:  # a later job runs across no midnight before the latest start here
-                today = day_of(max(float(c["start_time"]) for c in part))
-                _flush_days(conn, usage_across, crossing, today, None)
-        _flush_days(conn, usage_across, crossing, math.inf, None)
 
 
 def _list_unfolded(conn: sa.Connection, cluster: str) -> None:

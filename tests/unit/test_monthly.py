@@ -26,6 +26,7 @@ from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.widgets import esc, heat_colour
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
+from tests.usage_sources import as_source
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -46,7 +47,7 @@ def summary(job: int, user: str, account: str, start: float, hours: float, gpu: 
 
 
 @pytest.fixture
-def store(store: Store) -> Store:
+def store(store: Store, usage_source: str) -> Store:
     """Four jobs: two in November, one from Oct 31 22:00 to Nov 1 02:00, one in December."""
     jobs = [
         (1, "alice", "physics", NOV + 10 * H, 2.0, "busy", ["G1", "G2"], 80.0),
@@ -82,7 +83,7 @@ def store(store: Store) -> Store:
     hold = Verdict("gpu_quota", Action.HOLD, "job:1", "quota", job_id=1, user="alice",
                    account="physics")  # fmt: skip
     control.audit([hold], time=at, cycle="y", controller="h", dry_run=False, outcome="done")
-    return store
+    return as_source(store, usage_source)
 
 
 def env(store: Store, scope: Scope | None = None) -> ReportEnv:

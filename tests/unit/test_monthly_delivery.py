@@ -40,6 +40,7 @@ from slurm_gpu.reports.statements import (
 )
 from slurm_gpu.store import Store
 from slurm_gpu.testing import FixedClock
+from tests.usage_sources import as_source
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -61,7 +62,7 @@ def summary(job: int, user: str, account: str, start: float, hours: float, gpu: 
 
 
 @pytest.fixture
-def store(store: Store) -> Store:
+def store(store: Store, usage_source: str) -> Store:
     """November: alice (physics), bob (bio, idle), carol in both accounts; audit entries."""
     jobs = [
         (1, "alice", "physics", NOV + 10 * H, 2.0, ["G1", "G2"], 80.0),
@@ -92,7 +93,7 @@ def store(store: Store) -> Store:
     warn = Verdict("idle_gpu", Action.WARN, "job:3", "GPU idle", job_id=3)
     control.audit([warn], time=at + 120, cycle="z", controller="h", dry_run=False,
                   outcome="recorded")  # fmt: skip
-    return store
+    return as_source(store, usage_source)
 
 
 def env(store: Store) -> ReportEnv:

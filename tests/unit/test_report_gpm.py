@@ -22,6 +22,7 @@ from slurm_gpu.models import GpuDevice, GpuInterval, JobGpuSummary
 from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.widgets import esc
 from slurm_gpu.store import Store
+from tests.usage_sources import as_source
 
 NOV = dt.datetime(2026, 11, 1, tzinfo=dt.UTC).timestamp()
 H = 3600.0
@@ -70,7 +71,7 @@ def devices(model: str, uuids: list[str], gpm: bool) -> list[GpuDevice]:
 
 
 @pytest.fixture
-def store(store: Store) -> Store:
+def store(store: Store, usage_source: str) -> Store:
     """Five finished jobs in November; the agents' inventory says which GPUs have GPM."""
     store.upsert_jobs(
         [
@@ -86,7 +87,7 @@ def store(store: Store) -> Store:
     store.upsert_inventory(
         "gpu2", devices(H100, ["GPU-h1", "GPU-h2", "GPU-h3", "GPU-h4"], True), seen_at=NOV
     )
-    return store
+    return as_source(store, usage_source)
 
 
 def run(store: Store, tmp_path: Path, *args: str, cost: str = "") -> str:

@@ -19,7 +19,6 @@ from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobGpuSummary
 from slurm_gpu.reports import jobview, status
 from slurm_gpu.reports.fields import job_fields
-from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import Thresholds, notes, render_job
 from slurm_gpu.reports.monthly import build_monthly
 from slurm_gpu.reports.records import job_records
@@ -32,6 +31,7 @@ from slurm_gpu.slurm.sacct import DELIMITER, FIELDS, parse_sacct
 from slurm_gpu.slurm.scontrol import parse_node_gpus
 from slurm_gpu.slurm.squeue import parse_running_owners
 from slurm_gpu.store import Store
+from tests.usage_sources import as_source, period_report
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -110,7 +110,7 @@ DEVICES = [
 
 
 @pytest.fixture
-def store(store: Store) -> Store:
+def store(store: Store, usage_source: str) -> Store:
     """Job 1: 4 GPUs busy at 60% on 2 nodes, half its time unmeasured (an agent down).
 
     Job 2: 1 GPU idle for 1 h, all measured. Job 3: 1 GPU for 2 h, no reading at all,
@@ -134,7 +134,7 @@ def store(store: Store) -> Store:
             summary(3, "G3", hours=2.0, util=None, missing_hours=2.0, model=""),
         ]
     )
-    return store
+    return as_source(store, usage_source)
 
 
 def usage(store: Store, now: float = NOV + 30 * H, **kw: Any) -> Usage:
@@ -190,11 +190,8 @@ def test_sacct_shows_missing_gpu_hours_and_blank_unknowns(store: Store) -> None:
 
 def test_report_groups_have_missing_hours_and_no_blank_model(store: Store) -> None:
     """`report users`: missing its own column; `report gpu-models`: no row without a model."""
-    u = usage(store, figures_only=True)
-    users = {
-        r["key"]: r
-        for r in build_report(u, "user", since=NOV, until=NOV + 30 * 24 * H, now=NOV + 30 * H).rows
-    }
+    period = {"since": NOV, "until": NOV + 30 * 24 * H, "now": NOV + 30 * H}
+    users = {r["key"]: r for r in period_report(store, "user", **period).rows}
     assert (4.0, 0.0, 50.0) == (
         users["alice"]["missing_gpu_hours"],
         users["alice"]["idle_gpu_hours"],
@@ -205,15 +202,13 @@ def test_report_groups_have_missing_hours_and_no_blank_model(store: Store) -> No
         users["carol"]["idle_gpu_hours"],
         users["carol"]["idle_percent"],
     )
-    models = build_report(u, "gpu_model", since=NOV, until=NOV + 30 * 24 * H, now=NOV + 30 * H)
+    models = period_report(store, "gpu_model", **period)
     assert [A100] == [r["key"] for r in models.rows]
 
 
 def test_top_waste_ranks_measured_idle_only(store: Store) -> None:
     """Only bob's measured idle hour makes a user or a job wasteful; idle cost is his."""
-    report = build_report(
-        usage(store), "user", since=NOV, until=NOV + 30 * 24 * H, now=NOV + 30 * H
-    )
+    report = period_report(store, "user", since=NOV, until=NOV + 30 * 24 * H, now=NOV + 30 * H)
     assert ["bob"] == [w["key"] for w in report.top_waste]
     monthly = build_monthly(
         ReportEnv(Config(), store, None, ROOT, dt.datetime(2026, 12, 15, tzinfo=UTC), []),

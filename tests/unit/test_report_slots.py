@@ -21,7 +21,6 @@ from slurm_gpu.config import Config
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.models import JobGpuSummary, Measurement, SlotKind
 from slurm_gpu.reports.fields import job_fields
-from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import Thresholds, measurement_of, render_job, slot_of
 from slurm_gpu.reports.monthly import build_monthly, write_monthly
 from slurm_gpu.reports.records import gpu_records, job_records
@@ -30,6 +29,7 @@ from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import report_fields
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.store import Store
+from tests.usage_sources import as_source, period_report
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -80,17 +80,17 @@ def fill(store: Store) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
+def store(tmp_path: Path, usage_source: str) -> Iterator[Store]:
     s = Store(f"sqlite:///{tmp_path / 'slots.db'}", cluster="c")
     s.upgrade()
     fill(s)
-    yield s
+    yield as_source(s, usage_source)
     s.dispose()
 
 
-def usage(store: Store, cost: CostSettings = PRICES, figures_only: bool = False) -> Any:
+def usage(store: Store, cost: CostSettings = PRICES) -> Any:
     return load_usage(store, since=NOV, until=END, now=END, sacct_jobs=None, scope=ROOT,
-                      cost=cost, figures_only=figures_only, lag=120.0)  # fmt: skip
+                      cost=cost, lag=120.0)  # fmt: skip
 
 
 def test_sacct_slot_fields(store: Store) -> None:
@@ -128,7 +128,7 @@ def test_slice_price_share_and_explicit(store: Store) -> None:
 
 def test_report_by_slot(store: Store) -> None:
     """`report slots`: model and slot per row, slot-hours, physical GPU-hours and cost."""
-    report = build_report(usage(store, figures_only=True), "slot", since=NOV, until=END, now=END)
+    report = period_report(store, "slot", since=NOV, until=END, now=END, cost=PRICES, lag=120.0)
     got = [
         (r["key"], r["jobs"], round(r["gpu_hours"], 4), round(r["physical_gpu_hours"], 4),
          round(r["cost"], 4))
@@ -149,7 +149,7 @@ def test_report_by_slot(store: Store) -> None:
 
 def test_seven_slices_of_one_gpu_are_one_gpu_hour(store: Store) -> None:
     """Seven 1g.10gb slices of one H100 for an hour: 7 slot-hours, 1 GPU-hour, cost 4.0."""
-    report = build_report(usage(store, figures_only=True), "node", since=NOV, until=END, now=END)
+    report = period_report(store, "node", since=NOV, until=END, now=END, cost=PRICES, lag=120.0)
     assert report.rows  # one node
     seven = [r for r in job_records(usage(store)) if r["job_id"] >= 20]
     assert (7.0, pytest.approx(1.0), pytest.approx(4.0)) == (

@@ -8,11 +8,11 @@ from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.ledger.pricing import price_for
 from slurm_gpu.models import GpuInterval, JobGpuSummary
-from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.records import job_records
 from slurm_gpu.reports.summary import report_fields
 from slurm_gpu.reports.usage import JobFilter, Usage, load_usage
 from slurm_gpu.store import Store
+from tests.usage_sources import as_source, period_report
 
 T0 = 1_800_000_000.0
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -52,7 +52,7 @@ def summary(
 
 
 @pytest.fixture
-def store(store: Store) -> Store:
+def store(store: Store, usage_source: str) -> Store:
     """Jobs 1 (alice) and 2 (bob) ended, with summaries; job 3 (alice) runs, one interval."""
     store.upsert_jobs(
         [
@@ -120,7 +120,7 @@ def store(store: Store) -> Store:
             ),
         ]
     )
-    return store
+    return as_source(store, usage_source)
 
 
 def usage(
@@ -128,7 +128,6 @@ def usage(
     scope: Scope = ROOT,
     *,
     filters: JobFilter = ALL_JOBS,
-    figures_only: bool = False,
 ) -> Usage:
     return load_usage(
         store,
@@ -139,7 +138,6 @@ def usage(
         scope=scope,
         filters=filters,
         cost=PRICES,
-        figures_only=figures_only,
     )
 
 
@@ -165,17 +163,6 @@ def test_running_job_reads_intervals(store: Store) -> None:
         rec[3]["util_mean_percent"],
         rec[3]["source"],
     )
-
-
-def test_figures_only_reads_the_same_figures(store: Store) -> None:
-    """Reading only what figures need gives the same report, running jobs' intervals too."""
-    for group in ("user", "node", "gpu_model"):
-        full = build_report(usage(store), group, since=T0 - 1, until=T0 + 7200, now=T0 + 120)
-        lean = build_report(
-            usage(store, figures_only=True), group, since=T0 - 1, until=T0 + 7200, now=T0 + 120
-        )
-        assert (full.rows, full.total, full.top_waste) == (lean.rows, lean.total, lean.top_waste)
-    assert {3} == set(usage(store, figures_only=True).gpus.query("gpu_seconds == 60")["job_id"])
 
 
 def test_scope_hides_other_users(store: Store) -> None:
@@ -232,7 +219,7 @@ def test_cost_units(store: Store) -> None:
 
 def test_report_users(store: Store) -> None:
     """Per-user totals, the TOTAL row and the top users by idle GPU-hours."""
-    report = build_report(usage(store), "user", since=T0 - 1, until=T0 + 7200, now=T0 + 120)
+    report = period_report(store, "user", since=T0 - 1, until=T0 + 7200, now=T0 + 120)
     rows = {r["key"]: r for r in report.rows}
     assert ["alice", "bob"] == [r["key"] for r in report.rows]  # by GPU-hours
     assert 2 == rows["alice"]["jobs"]
@@ -249,7 +236,7 @@ def test_report_users(store: Store) -> None:
 
 def test_report_prorates_to_the_period(store: Store) -> None:
     """A job half inside the period counts half."""
-    report = build_report(usage(store), "user", since=T0 + 1800, until=T0 + 7200, now=T0 + 120)
+    report = period_report(store, "user", since=T0 + 1800, until=T0 + 7200, now=T0 + 120)
     rows = {r["key"]: r for r in report.rows}
     assert pytest.approx(1.0) == rows["alice"]["gpu_hours"]  # job 1 half; job 3 before
     assert "bob" not in rows  # ended at the period's start: nothing inside
@@ -257,8 +244,8 @@ def test_report_prorates_to_the_period(store: Store) -> None:
 
 def test_busy_nodes(store: Store) -> None:
     """A node with more than factor x the mean share is busy; unused nodes are listed."""
-    report = build_report(
-        usage(store),
+    report = period_report(
+        store,
         "node",
         since=T0 - 1,
         until=T0 + 7200,
@@ -272,8 +259,8 @@ def test_busy_nodes(store: Store) -> None:
 
 def test_node_report_shows_a_busy_column(store: Store) -> None:
     """`report nodes` has a Busy column (formerly Hot) showing "busy" or nothing."""
-    report = build_report(
-        usage(store), "node", since=T0 - 1, until=T0 + 7200, now=T0 + 120, all_nodes=["gpu3"]
+    report = period_report(
+        store, "node", since=T0 - 1, until=T0 + 7200, now=T0 + 120, all_nodes=["gpu3"]
     )
     fields = report_fields("", "node")
     shown = {r["key"]: fields["Busy"].get(r) for r in report.rows}
@@ -282,12 +269,12 @@ def test_node_report_shows_a_busy_column(store: Store) -> None:
 
 def test_sort_and_top(store: Store) -> None:
     """--sort by any column (numbers descending), --top N."""
-    report = build_report(
-        usage(store), "user", since=T0 - 1, until=T0 + 7200, now=T0 + 120, sort="IdlePct", top=1
+    report = period_report(
+        store, "user", since=T0 - 1, until=T0 + 7200, now=T0 + 120, sort="IdlePct", top=1
     )
     assert ["bob"] == [r["key"] for r in report.rows]
     with pytest.raises(ValueError, match="unknown field"):
-        build_report(usage(store), "user", since=T0, until=T0 + 1, now=T0, sort="Nope")
+        period_report(store, "user", since=T0, until=T0 + 1, now=T0, sort="Nope")
 
 
 def test_nothing_visible_is_empty_not_an_error(store: Store) -> None:

@@ -35,7 +35,6 @@ from slurm_gpu.models import (
     SlotKind,
     Verdict,
 )
-from slurm_gpu.reports.grouped import build_report
 from slurm_gpu.reports.jobview import job_timeline
 from slurm_gpu.reports.monthly import build_monthly
 from slurm_gpu.reports.records import gpu_records, job_records
@@ -43,6 +42,7 @@ from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import ALL_TABLES
+from tests.usage_sources import period_report
 
 UTC = dt.UTC
 NOV = dt.datetime(2026, 11, 1, tzinfo=UTC).timestamp()
@@ -204,9 +204,9 @@ def test_every_row_is_kept_as_a_whole_gpu_slot(stores: tuple[Store, Store]) -> N
     assert old.job_gpus(2) == head.job_gpus(2)
 
 
-def _usage(store: Store, figures_only: bool = False) -> Any:
+def _usage(store: Store) -> Any:
     return load_usage(store, since=NOV, until=NOV + 30 * 24 * H, now=NOW, sacct_jobs=None,
-                      scope=ROOT, cost=PRICES, figures_only=figures_only, lag=120.0)  # fmt: skip
+                      scope=ROOT, cost=PRICES, lag=120.0)  # fmt: skip
 
 
 def test_sacct_records_are_the_same(stores: tuple[Store, Store]) -> None:
@@ -233,12 +233,14 @@ def test_reports_are_the_same(stores: tuple[Store, Store], group: str) -> None:
     """`slurm-gpu report <group>`: the same rows, totals and top waste over both stores."""
     head, old = stores
     reports = [
-        build_report(
-            _usage(s, figures_only=True),
+        period_report(
+            s,
             group,
             since=NOV,
             until=NOV + 30 * 24 * H,
             now=NOW,
+            cost=PRICES,
+            lag=120.0,
             cluster="c",
         )
         for s in (head, old)

@@ -28,6 +28,9 @@ down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# The rows stored before this revision are folded after the upgrade (migrations/env.py).
+REFOLDS = True
+
 NODE = 128
 NAME = 128
 GPM_METRICS = ("sm_active", "sm_occupancy", "tensor_active", "dram_bw")
@@ -150,11 +153,6 @@ def upgrade() -> None:
         sa.Column("end_time", sa.Double(), nullable=True),
         sa.PrimaryKeyConstraint("cluster", "job_id", name=op.f("pk_usage_unfolded")),
     )
-    # The rows stored before this revision, folded as ingest folds new ones.
-    from slurm_gpu.store import usage_rollup
-
-    # Its own tables only: `usage_across` (0013) does not exist yet.
-    usage_rollup.rebuild(op.get_bind(), across=False)
 
 
 def downgrade() -> None:

@@ -24,6 +24,9 @@ down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# The rows stored before this revision are folded after the upgrade (migrations/env.py).
+REFOLDS = True
+
 NODE = 128
 NAME = 128
 PLACE = ("node", "gpu_model", "slot_kind", "mig_profile", "share")
@@ -58,10 +61,6 @@ def upgrade() -> None:
             "cluster", "day", "user", "account", "partition", *PLACE, name=op.f("pk_usage_across")
         ),
     )
-    # The jobs already folded, counted as a refold counts them (this table only).
-    from slurm_gpu.store import usage_rollup
-
-    usage_rollup.rebuild_across(op.get_bind())
 
 
 def downgrade() -> None:

@@ -1,25 +1,19 @@
-"""The month's rows for `slurm-gpu report monthly` from the usage rollups (issue 16).
+"""The month's rows for `slurm-gpu report monthly` and the statements: sums rows.
 
-What reports/monthly.py tables are summed from, read without the raw intervals and
-summaries of the folded (finished) jobs:
+What monthly_tables.py sums, the same sums rows whatever their source:
 
-- the month's `job_usage` rows (one per job, run and place), prorated to the month as
-  the raw path prorates each GPU row (by the part of the job inside it), priced by
-  place, and scoped like reports/rollups.py;
+- the month's `job_usage` rows (one per folded job, run and place), prorated to the
+  month by the part of the job inside it, priced by place (the ledger's charge, idle
+  cost included), scoped like reports/rollups.py;
 - per folded job, the GPU-seconds and rows of each utilization bin, summed by the
   database from the summaries (store/monthly_reads.py): a `job_usage` row sums its GPU
   rows, the bins need each row's mean;
 - the unfolded jobs of the month (running, no summary yet, no start or end) from raw
-  rows, as reports/rollups.py reads them (`load_usage` of those jobs).
+  rows, as the ledger's sums of each GPU row (reports/grouped.py `raw_sums`).
 
 Every job is counted one by one from its rows (the month's jobs are read anyway, for the
 daily and node tables in local time and the top waste jobs), so job counts and queue
 waits are exact: no figure here comes from the rollups' wait buckets.
-
-Idle cost is each row's held cost x its idle share. A `job_usage` row adds GPU rows of
-one price, so under [cost] unit gpu_hour (cost proportional to GPU-seconds) its idle
-cost is that of its rows; under the other units it is not: `usable` says so and the
-report reads raw rows then.
 """
 
 from __future__ import annotations
@@ -30,32 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from slurm_gpu.ledger import periods, pricing, time
+from slurm_gpu.ledger import periods, time
 from slurm_gpu.reports import grouped, rollups
 from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, fill_models, gpu_rows, stored_jobs
 from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.sums import priced
-from slurm_gpu.reports.usage import JobFilter, Usage, _alloc_or_counted, _select
+from slurm_gpu.reports.usage import JobFilter, Usage, alloc_or_counted, select
 from slurm_gpu.store import monthly_reads, queries, rollup_reads, usage_rollup
 
-ROLLUPS_REVISION = "0010"
 JOB_FACTS = ("job_id", "partition", "start_time", "submit_time")
 # What the controller's table takes from sacct where live sacct answers (`job_facts`).
 SACCT_FACTS = ("start_time", "time_limit_seconds", "alloc_gpus")
-
-
-def usable(env: ReportEnv, filters: JobFilter) -> bool:
-    """Whether this month's report can read the rollups (else raw rows, as before).
-
-    -u/-A/-r only (reports/rollups.py `usable`), a store at the rollups' revision, and a
-    [cost] unit whose idle cost a `job_usage` row keeps (module docstring).
-    """
-    return (
-        rollups.usable(filters)
-        and (env.store.current_revision() or "") >= ROLLUPS_REVISION
-        and env.config.cost.unit == "gpu_hour"
-    )
 
 
 @dataclass
@@ -81,13 +61,13 @@ def month_rows(
 ) -> MonthRows:
     """The month [since, until)'s rows that `env.scope` may see and `filters` select.
 
-    `edges`: the utilization bins' (reports/monthly.py UTIL_BINS).
+    `edges`: the utilization bins' (monthly_tables.py UTIL_BINS).
     """
     store, cost = env.store, env.config.cost
     cells = rollups.boundary_cells(store, since, until, None, until)
-    cells = rollups._visible(cells, env.scope, filters)
-    cells = rollups._models_filled(cells, store).reset_index(drop=True)
-    part = rollups._edge(cells, since, until, closed=True)
+    cells = rollups.visible(cells, env.scope, filters)
+    cells = rollups.models_filled(cells, store).reset_index(drop=True)
+    part = rollups.edge_part(cells, since, until, closed=True)
     folded = priced(part, cost)
     if len(folded):
         folded = folded.assign(
@@ -116,11 +96,7 @@ def month_rows(
                 sums["missing_seconds"].to_numpy(dtype=float),
             )
         )
-        charged = pricing.Charge(
-            sums["cost"].to_numpy(dtype=float), sums["idle_held_cost"].to_numpy(dtype=float)
-        )
-        idle_cost = pricing.idle_cost(charged, gpu, idle)
-        sums = sums.assign(idle_seconds=idle, idle_cost=idle_cost)
+        sums = sums.assign(idle_seconds=idle)
     return MonthRows(sums, members, bins, jobs)
 
 
@@ -243,7 +219,7 @@ def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
     unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
     gpus = gpu_rows(store, wanted, summary_rows, GPU_COLUMNS, unsummarized)
     if not gpus.empty:
-        jobs["alloc_gpus"] = _alloc_or_counted(jobs, gpus["job_id"].to_numpy())
+        jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gpus = add_cost(fill_models(gpus, store), jobs, env.config.cost)
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
 
@@ -288,4 +264,4 @@ def _stored(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> pd.DataFr
     """The stored rows of these jobs (by exact job id) that scope and -u/-A/-r allow."""
     stored = queries.job_rows_in_window(env.store, None, None, sorted({int(i) for i in ids}))
     jobs = stored_jobs(stored, queries.JOB_ROW_COLUMNS, env.now_seconds)
-    return _select(jobs, filters, env.scope)
+    return select(jobs, filters, env.scope)
