@@ -94,7 +94,9 @@ def prune(app: App, url: str | None, older_than: float | None) -> None:
 )
 @pass_app
 def rebuild_rollups(app: App, url: str | None, since: str | None) -> None:
-    """Recompute the usage rollups (job_usage, usage_daily) from the raw rows.
+    """Recompute the usage rollups from the raw rows.
+
+    job_usage, usage_daily, usage_monthly, usage_across, usage_unfolded and usage_extent.
 
     Ingest keeps them up to date; run this after restoring raw rows, or to check them.
     With --since, the rollups of the UTC days from that day's on are rebuilt.

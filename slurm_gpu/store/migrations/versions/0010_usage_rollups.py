@@ -8,9 +8,9 @@ with their queue waits (weights, sums and a log2 histogram). `usage_monthly`: th
 per UTC month, without the node. `slurm-gpu report` reads them for whole months and days
 instead of the raw summaries (slurm_gpu/store/usage_rollup.py).
 
-The upgrade builds both from the rows already stored (`usage_rollup.rebuild`: every
-finished job with summaries), in the upgrade's transaction; `slurm-gpu db
-rebuild-rollups` does the same later.
+The rows already stored are folded after the upgrade (`REFOLDS`: migrations/env.py
+rebuilds the rollups with the head's fold once the upgrade reaches the head), as
+`slurm-gpu db rebuild-rollups` does later.
 
 Revision ID: 0010
 Revises: 0009

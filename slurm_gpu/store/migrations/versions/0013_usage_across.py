@@ -5,8 +5,9 @@ the jobs across its end have their last day after it, so the report read each of
 from `job_usage`: at the end of a month, every job running then. Their counts (weights,
 queue waits, wait histogram) are now kept per midnight, owner and place but the node (as
 `usage_monthly`): the report adds those of its end instead (`report node` still reads
-the jobs). Built here from the rows already folded, kept by every refold,
-recomputed by `slurm-gpu db rebuild-rollups`.
+the jobs). Filled for the rows already folded by the refold after the upgrade
+(`REFOLDS`, migrations/env.py), kept by every refold, recomputed by `slurm-gpu db
+rebuild-rollups`.
 
 Revision ID: 0013
 Revises: 0012
