@@ -95,8 +95,13 @@ class Node:
         """Every device's fields, by the minor number of its device file."""
         return {d["minor"]: d for d in self.devices()}
 
-    def start_load(self, slurm_gpus: str, *args: str) -> subprocess.Popen[str]:
-        """Starts gpu-load as a Slurm job step would; waits until it has registered."""
+    def start_load(
+        self, slurm_gpus: str, *args: str, step_env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        """Starts gpu-load as a Slurm job step would; waits until it has registered.
+
+        `step_env`: the step's CUDA_VISIBLE_DEVICES / SLURM_STEP_GPUS (default: none).
+        """
         env = {
             **os.environ,
             "SLURM_JOB_GPUS": slurm_gpus,
@@ -104,7 +109,9 @@ class Node:
             "SIM_NVML_ROOT": str(self.root),
             "SLURM_JOB_ID": "42",
         }
-        env.pop("SIM_NVML_DIR", None)
+        for name in ("SIM_NVML_DIR", "CUDA_VISIBLE_DEVICES", "SLURM_STEP_GPUS"):
+            env.pop(name, None)
+        env.update(step_env or {})
         proc = subprocess.Popen(
             [sys.executable, str(BIN / "gpu-load"), *args],
             env=env,

@@ -101,6 +101,25 @@ def test_index_is_minor_without_gres_files(node: Node) -> None:
     assert expected == readings(node)
 
 
+@pytest.mark.parametrize(
+    "step_env",
+    [{"CUDA_VISIBLE_DEVICES": "2", "SLURM_STEP_GPUS": "2"}, {"SLURM_STEP_GPUS": "2"}],
+    ids=["cuda-visible-devices", "step-gpus"],
+)
+def test_a_het_step_drives_its_own_gpu_not_the_leaders(
+    node: Node, step_env: dict[str, str]
+) -> None:
+    """A het job step's task: SLURM_JOB_GPUS is the leader's (0), the task's own is 2.
+
+    gpu-load drives what a CUDA program would see: CUDA_VISIBLE_DEVICES, else the step's
+    SLURM_STEP_GPUS, never the leader's GPU.
+    """
+    proc = node.start_load("0", "--util", "40", "--seconds", "30", step_env=step_env)
+    time.sleep(1.1)
+    busy = (40, [[proc.pid, 1024 * MIB]], 1024 * MIB)
+    assert {2: busy, 0: IDLE, 3: IDLE, 1: IDLE} == readings(node)
+
+
 # ---- a sampler over a spiky load: 80% for 2 s, 0% for 2 s ----------------------------
 PERIOD, DUTY, UTIL, WINDOW = 4.0, 0.5, 80.0, 12
 
