@@ -8,11 +8,16 @@ whichever of the two holds them, so report tests run on three stores of the same
 - "raw": nothing folded, every job listed unfolded (as jobs whose summaries have not
   landed yet), the rollups empty;
 - "half": every other job folded back (`usage_rollup.refold`, the ingest's own fold).
+
+A test takes them by the `usage_source` fixture (tests/conftest.py), one store per
+source, or by `by_source`: the same store turned into each in turn, many reports built
+from each in one pass, then folded back.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -32,6 +37,7 @@ from slurm_gpu.store.schema import (
 
 SOURCES = ("folded", "raw", "half")
 ROOT = Scope(Caller(0, "root"), True, reason="root")
+T = TypeVar("T")
 
 
 def as_source(store: Store, source: str) -> Store:
@@ -75,3 +81,21 @@ def period_report(
     return build_report_from_rollups(
         store, group, since=since, until=until, now=now, scope=scope, cost=cost, lag=lag, **shape
     )
+
+
+def by_source(store: Store, build: Callable[[Store], T]) -> dict[str, T]:
+    """{source: `build(store)` from it}, for each of SOURCES, of one store.
+
+    `store` is read as it is (folded, as ingest leaves it), then turned into the raw and
+    the half-folded source (`as_source`) and read again; the rollups are rebuilt from the
+    raw rows at the end (`Store.rebuild_rollups`, the ingest's fold), so the store is
+    folded again afterwards, on every backend.
+    """
+    built = {"folded": build(store)}
+    try:
+        for source in SOURCES:
+            if source != "folded":
+                built[source] = build(as_source(store, source))
+    finally:
+        store.rebuild_rollups()
+    return built
