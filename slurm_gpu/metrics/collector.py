@@ -50,6 +50,7 @@ from slurm_gpu.metrics.totals import Monotonic, SettledSums
 from slurm_gpu.models import GpuActivity
 from slurm_gpu.reports import rollups
 from slurm_gpu.reports.status import Freshness, NodeStatus, build_status
+from slurm_gpu.reports.sums import job_sums
 from slurm_gpu.reports.usage import Usage, load_usage
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store, queries
@@ -283,19 +284,22 @@ class ClusterCollector:
 
     @staticmethod
     def _per_job(usage: Usage) -> list[tuple[UserKey, float | None, list[float]]]:
-        """(owner, end time, [GPU-hours, active GPU-hours, cost]) of each job with GPU rows."""
-        per_job: dict[int, list[float]] = {}
-        for gpu in usage.gpus.to_dict("records"):
-            sums = per_job.setdefault(int(gpu["job_id"]), [0.0, 0.0, 0.0])
-            sums[0] += _number(gpu["gpu_seconds"]) / 3600.0
-            sums[1] += _number(gpu["active_seconds"]) / 3600.0
-            sums[2] += _number(gpu.get("cost"))
+        """(owner, end time, [GPU-hours, active GPU-hours, cost]) of each job with GPU rows.
+
+        Held and active seconds are the ledger's of each row (active clipped to the
+        measured time, as the reports and the rollups have it); cost is the row's.
+        """
+        per_job = job_sums(usage.gpus)
+        figures = {
+            int(job_id): [gpu / 3600.0, active / 3600.0, cost]
+            for job_id, gpu, active, cost in per_job.itertuples(name=None)
+        }
         rows: list[tuple[UserKey, float | None, list[float]]] = []
         for job in usage.jobs.to_dict("records"):
-            figures = per_job.get(int(job["job_id"]))
-            if figures is not None:
+            found = figures.get(int(job["job_id"]))
+            if found is not None:
                 key = (_text(job["user"]), _text(job["account"]))
-                rows.append((key, _time(job["end_time"]), figures))
+                rows.append((key, _time(job["end_time"]), found))
         return rows
 
     def _read_actions(self, now: float) -> None:

@@ -423,10 +423,7 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
     Of the `job_usage` rows of jobs that ended before `before`, summed by the database
     (the exporter's settled counters); active seconds clipped as the reports clip them.
     """
-    figures = (
-        *("gpu_seconds", "active_seconds", "mem_gib_seconds", "job_hour_seconds"),
-        *("gpu_unused_seconds", "mem_unused_gib_seconds", "job_hour_unused_seconds"),
-    )
+    figures = USAGE_SUMS  # every sum the ledger's charge may read, under any [cost]
     rows = rollup_reads.settled_usage(store, before, figures)
     names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
     frame = priced(models_filled(pd.DataFrame(rows, columns=names), store), cost)

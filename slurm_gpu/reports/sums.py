@@ -102,3 +102,29 @@ def prorate(sums: pd.DataFrame, fraction: np.ndarray) -> pd.DataFrame:
     out = sums.copy()
     out[scaled] = sums[scaled].to_numpy(dtype=float) * np.asarray(fraction, dtype=float)[:, None]
     return out
+
+
+def job_sums(gpus: pd.DataFrame) -> pd.DataFrame:
+    """Per job id: held and active seconds (the ledger's, per row) and cost of its GPU rows.
+
+    Columns gpu_seconds, active_seconds, cost, indexed by job_id (the exporter's per-job
+    counters: active clipped to the measured time, as every report has it).
+    """
+    columns = ["gpu_seconds", "active_seconds", "cost"]
+    if gpus.empty:
+        return pd.DataFrame(columns=columns, index=pd.Index([], name="job_id", dtype="int64"))
+    sums = gpu_sums(gpus)
+    cost = (
+        pd.to_numeric(gpus["cost"], errors="coerce").fillna(0.0).to_numpy(dtype=float)
+        if "cost" in gpus
+        else np.zeros(len(gpus))
+    )
+    frame = pd.DataFrame(
+        {
+            "job_id": gpus["job_id"].astype("int64").to_numpy(),
+            "gpu_seconds": sums["gpu_seconds"].to_numpy(dtype=float),
+            "active_seconds": sums["active_seconds"].to_numpy(dtype=float),
+            "cost": cost,
+        }
+    )
+    return frame.groupby("job_id")[columns].sum()

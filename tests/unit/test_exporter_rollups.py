@@ -89,19 +89,9 @@ def assert_counters(
         assert got[key][2] == pytest.approx(money if priced else 0.0, rel=1e-9, abs=1e-9), key
 
 
-# The folded jobs' sums read for the counters (reports/rollups.py `usage_before`) lack
-# the columns that the ledger's idle cost (`ledger.pricing.charge`) takes since revision
-# 0015: `missing_seconds` under gpu_hour, `mem_idle_gib_seconds`, `job_hour_idle_seconds`.
-NO_IDLE_SUMS = pytest.mark.xfail(
-    raises=KeyError,
-    strict=True,
-    reason="product: usage_before reads no idle sums, pricing.charge needs them (issue 24)",
-)
-
-
 @pytest.mark.parametrize(
     "cost",
-    [None, *(pytest.param(c, marks=NO_IDLE_SUMS) for c in COSTS)],
+    [None, *COSTS],
     ids=["no-cost", *(f"{c.unit}-{c.charge}" for c in COSTS)],
 )
 def test_exporter_counters_from_rollups_equal_raw_rows(
@@ -111,11 +101,6 @@ def test_exporter_counters_from_rollups_equal_raw_rows(
     assert_counters(counters(store, cost), raw_counters(store, cost), cost is not None)
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="product: the exporter sums raw rows' active seconds unclipped (_per_job)",
-)
 def test_exporter_counters_are_the_same_from_every_source(store: Store) -> None:
     """The counters of jobs read from raw rows are those of the same jobs folded.
 

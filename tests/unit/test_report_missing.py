@@ -190,8 +190,9 @@ def test_sacct_shows_missing_gpu_hours_and_blank_unknowns(store: Store) -> None:
 
 def test_report_groups_have_missing_hours_and_no_blank_model(store: Store) -> None:
     """`report users`: missing its own column; `report gpu-models`: no row without a model."""
-    period = {"since": NOV, "until": NOV + 30 * 24 * H, "now": NOV + 30 * H}
-    users = {r["key"]: r for r in period_report(store, "user", **period).rows}
+    since, until, now = NOV, NOV + 30 * 24 * H, NOV + 30 * H
+    report = period_report(store, "user", since=since, until=until, now=now)
+    users = {r["key"]: r for r in report.rows}
     assert (4.0, 0.0, 50.0) == (
         users["alice"]["missing_gpu_hours"],
         users["alice"]["idle_gpu_hours"],
@@ -202,7 +203,7 @@ def test_report_groups_have_missing_hours_and_no_blank_model(store: Store) -> No
         users["carol"]["idle_gpu_hours"],
         users["carol"]["idle_percent"],
     )
-    models = period_report(store, "gpu_model", **period)
+    models = period_report(store, "gpu_model", since=since, until=until, now=now)
     assert [A100] == [r["key"] for r in models.rows]
 
 
