@@ -1,10 +1,9 @@
 """The job and GPU frames of every report: their columns, and store rows made into them.
 
-Job frame: one row per job (JOB_COLUMNS; FIGURE_JOB_COLUMNS when only report figures
-were read). GPU frame: one row per job and GPU, the store's summary rows column for
-column (GPU_COLUMNS; FIGURE_GPU_COLUMNS for figures only). Store rows arrive as the
-driver's tuples or, for a figures-only read, as one numpy structured array; they are
-made into frames column by column, text columns with few values as categoricals.
+Job frame: one row per job (JOB_COLUMNS). GPU frame: one row per job and GPU, the
+store's summary rows column for column (GPU_COLUMNS). Store rows arrive as the driver's
+tuples; they are made into frames column by column, text columns with few values as
+categoricals.
 
 Units: seconds, bytes, GiB-seconds, joules; the columns say so.
 """
@@ -12,7 +11,7 @@ Units: seconds, bytes, GiB-seconds, joules; the columns say so.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,24 +40,6 @@ JOB_COLUMNS = [
     "alloc_gpus",
     "exit_code",
 ]
-# What report figures (`report`, `report monthly`) need of a job: its user, account and
-# partition, its times (proration, queue wait), GPUs and time limit; the other columns
-# (name, state, node list, ...) only list jobs. A month has ~10^5 jobs and ~10^6 GPU
-# rows, and every column read from the store costs an object per row.
-FIGURE_JOB_COLUMNS = [
-    "job_id",
-    "user",
-    "account",
-    "partition",
-    "submit_time",
-    "start_time",
-    "end_time",
-    "elapsed_seconds",
-    "time_limit_seconds",
-    "alloc_gpus",
-]
-# The store's job columns they come from (user, account and partition as one text).
-FIGURE_JOB_ROW_COLUMNS = ("job_id", "owner", "submit_time", "start_time", "end_time", "gpus")
 # One row per job and GPU slot: the store's summary rows, column for column, their NVML
 # GPM columns (revision 0006; figures.GPM_COLUMNS, by the same names) and their slot's
 # id, kind, share, MIG profile and measurement (revision 0009; a whole GPU's slot id is
@@ -68,22 +49,6 @@ GPU_COLUMNS = [
     *queries.GPM_SUMMARY_COLUMNS,
     *queries.SLOT_SUMMARY_COLUMNS,
 ]
-# The GPU figures report figures are summed from,
-FIGURE_GPU_NUMBERS = (
-    "gpu_seconds",
-    "active_seconds",
-    "util_mean_percent",
-    "mem_gib_seconds",
-    "energy_joules",
-    "missing_seconds",
-    *queries.GPM_SUMMARY_COLUMNS,
-)
-# and what prices and groups a slot (issue 14: its kind, share of its GPU, MIG profile),
-FIGURE_SLOT_COLUMNS = ("slot_kind", "share", "mig_profile")
-# in these GPU columns (no GPU UUID: a figure counts GPU rows, never names a GPU),
-FIGURE_GPU_COLUMNS = ["job_id", "node", "gpu_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS]
-# read as these (node and model as one text).
-FIGURE_GPU_ROW_COLUMNS = ("job_id", "node_model", *FIGURE_GPU_NUMBERS, *FIGURE_SLOT_COLUMNS)
 # Text columns with few distinct values, held as categoricals: grouping and joining on
 # them then works on integer codes, factorized once here instead of in every report.
 CATEGORICAL_COLUMNS = (
@@ -98,9 +63,6 @@ CATEGORICAL_COLUMNS = (
     "mig_profile",
     "measured_by",
 )
-# Store rows as read: the driver's tuples, or (a figures-only read) one numpy
-# structured array of `numpy_dtype(columns)`.
-Records = list[tuple[Any, ...]] | np.ndarray
 
 
 def categorical(column: pd.Series) -> pd.Series:
@@ -116,42 +78,39 @@ def categorical(column: pd.Series) -> pd.Series:
     return pd.Series(pd.Categorical.from_codes(codes, uniques), index=column.index)
 
 
-def stored_jobs(stored: Records, read: Sequence[str], now: float) -> pd.DataFrame:
+def stored_jobs(stored: list[tuple[Any, ...]], read: Sequence[str], now: float) -> pd.DataFrame:
     """The store's job rows (tuples of the `read` columns) as the job frame.
 
     Column by column: what reports/usage.py's `_from_store` and `_finish` do per row,
-    with the dtypes a frame of their records gets. JOB_COLUMNS, or FIGURE_JOB_COLUMNS
-    when only their columns were read.
+    with the dtypes a frame of their records gets. `read`: queries.JOB_ROW_COLUMNS.
     """
-    every = set(read) >= set(queries.JOB_ROW_COLUMNS)
-    names = JOB_COLUMNS if every else FIGURE_JOB_COLUMNS
     if not len(stored):
-        return pd.DataFrame(columns=names)
-    raw = _row_frame(stored, read)
+        return pd.DataFrame(columns=JOB_COLUMNS)
+    raw = pd.DataFrame.from_records(stored, columns=list(read))
     start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
     end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
     stop = np.where(np.isnan(end), now, end)
     elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
     n = len(raw)
-    columns: dict[str, Callable[[], pd.Series]] = {
-        "job_id": lambda: raw["job_id"],
-        "job_id_text": lambda: _id_texts(raw),
-        "name": lambda: _text(raw["job_name"]),
-        "user": lambda: categorical(raw["user"]),
-        "account": lambda: categorical(raw["account"]),
-        "partition": lambda: categorical(raw["partition"]),
-        "qos": lambda: pd.Series([""] * n, dtype="str"),
-        "state": lambda: _text(raw["state"]),
-        "submit_time": lambda: raw["submit_time"],
-        "start_time": lambda: raw["start_time"],
-        "end_time": lambda: raw["end_time"],
-        "elapsed_seconds": lambda: pd.Series(elapsed, dtype=float),
-        "time_limit_seconds": lambda: pd.Series([None] * n, dtype=object),
-        "nodes": lambda: _text(raw["nodes"]),
-        "alloc_gpus": lambda: pd.to_numeric(raw["gpus"]).fillna(0).astype("int64"),
-        "exit_code": lambda: raw["exit_code"],
+    columns: dict[str, pd.Series] = {
+        "job_id": raw["job_id"],
+        "job_id_text": _id_texts(raw),
+        "name": _text(raw["job_name"]),
+        "user": categorical(raw["user"]),
+        "account": categorical(raw["account"]),
+        "partition": categorical(raw["partition"]),
+        "qos": pd.Series([""] * n, dtype="str"),
+        "state": _text(raw["state"]),
+        "submit_time": raw["submit_time"],
+        "start_time": raw["start_time"],
+        "end_time": raw["end_time"],
+        "elapsed_seconds": pd.Series(elapsed, dtype=float),
+        "time_limit_seconds": pd.Series([None] * n, dtype=object),
+        "nodes": _text(raw["nodes"]),
+        "alloc_gpus": pd.to_numeric(raw["gpus"]).fillna(0).astype("int64"),
+        "exit_code": raw["exit_code"],
     }
-    return pd.DataFrame({name: columns[name]() for name in names}, columns=names)
+    return pd.DataFrame(columns, columns=JOB_COLUMNS)
 
 
 def _id_texts(raw: pd.DataFrame) -> pd.Series:
@@ -188,30 +147,19 @@ def window_summaries(
     store: Store,
     since: float | None,
     until: float | None,
-    stored: Records,
+    stored: list[tuple[Any, ...]],
     wanted: np.ndarray,
     columns: Sequence[str],
-) -> Records:
+) -> list[tuple[Any, ...]]:
     """Summary rows of the `wanted` jobs, in no particular order (`gpu_rows` orders them).
 
-    The window's in one joined query, the rest (jobs only sacct knows) by id. A numpy
-    array when `stored` is one (a figures-only read), else tuples.
+    The window's in one joined query, the rest (jobs only sacct knows) by id.
     """
     in_store = np.sort(_job_ids(stored))  # sorted like `wanted`
     between = (int(in_store[0]), int(in_store[-1])) if len(in_store) else None
     same = np.array_equal(in_store, wanted)  # usually: no job only sacct knows
     extra = [] if same else np.setdiff1d(wanted, in_store).tolist()
     more = queries.summary_rows_for(store, extra, columns=columns) if extra else []
-    if isinstance(stored, np.ndarray):
-        dtype = numpy_dtype(columns)
-        array = (
-            queries.summary_array_in_window(store, since, until, between, dtype)
-            if between
-            else np.zeros(0, dtype=dtype)
-        )
-        if not same:
-            array = array[np.isin(_job_ids(array), wanted)]
-        return _concatenated(array, more, columns)
     rows = (
         queries.summary_rows_in_window(store, since, until, between, columns=columns, ordered=False)
         if between
@@ -232,20 +180,9 @@ def job_id_text(row: dict[str, Any]) -> str:
     return str(row["job_id"])
 
 
-def _job_ids(rows: Records) -> np.ndarray:
+def _job_ids(rows: list[tuple[Any, ...]]) -> np.ndarray:
     """The job ids of store rows (every read selects job_id first), as int64."""
-    if isinstance(rows, np.ndarray):
-        return rows["job_id"].astype(np.int64, copy=False)
     return np.fromiter(map(operator.itemgetter(0), rows), dtype=np.int64, count=len(rows))
-
-
-def _concatenated(
-    array: np.ndarray, more: Sequence[tuple[Any, ...]], read: Sequence[str]
-) -> np.ndarray:
-    """A figures-only read's rows (`numpy_dtype(read)`) followed by `more` of them."""
-    if not more:
-        return array
-    return np.concatenate([array, np.fromiter(more, dtype=numpy_dtype(read), count=len(more))])
 
 
 @dataclass(frozen=True)
@@ -263,7 +200,7 @@ class Unsummarized:
     """What the rows of jobs with no summary (yet) are measured against.
 
     Attributes:
-        jobs: the job frame (job_id, start_time, end_time, alloc_gpus; nodes if read).
+        jobs: the job frame (job_id, start_time, end_time, alloc_gpus, nodes).
         now: the current time (the end of running jobs).
         lag: how far behind `now` a reporting agent's newest stored interval may be
             ([store] ship_aggregate plus two [node].interval): readings older than that
@@ -274,16 +211,10 @@ class Unsummarized:
     now: float
     lag: float
 
-    def held(self, store: Store, job_ids: Sequence[int]) -> dict[int, HeldJob]:
+    def held(self, job_ids: Sequence[int]) -> dict[int, HeldJob]:
         """{job id: when it held its GPUs} of these (few) jobs."""
         wanted = self.jobs[self.jobs["job_id"].isin(list(job_ids))]
-        if "nodes" in wanted:
-            node_lists = dict(zip(wanted["job_id"].tolist(), wanted["nodes"].tolist(), strict=True))
-        else:
-            stored = queries.job_rows_in_window(
-                store, None, None, list(job_ids), columns=("job_id", "nodes")
-            )
-            node_lists = {int(j): n for j, n in stored}
+        node_lists = dict(zip(wanted["job_id"].tolist(), wanted["nodes"].tolist(), strict=True))
         out = {}
         for job_id, start, end, gpus in zip(
             wanted["job_id"].tolist(),
@@ -319,7 +250,7 @@ _MISSING_FROM = 1.0
 def gpu_rows(
     store: Store,
     job_ids: np.ndarray,
-    summary_rows: Records,
+    summary_rows: list[tuple[Any, ...]],
     read: Sequence[str],
     unsummarized: Unsummarized | None = None,
 ) -> pd.DataFrame:
@@ -327,8 +258,7 @@ def gpu_rows(
 
     The summaries in job, node, GPU order, then the rows of jobs with no summary (running
     jobs: their intervals' totals; a job with no interval either, one row per node of
-    its allocated GPUs, all missing). GPU_COLUMNS, or FIGURE_GPU_COLUMNS when those were
-    read.
+    its allocated GPUs, all missing), in the `read` columns (GPU_COLUMNS).
 
     Args:
         store: the accounting store.
@@ -338,16 +268,15 @@ def gpu_rows(
         unsummarized: when the jobs with no summary held their GPUs; None counts their
             intervals' covered seconds only (no missing time).
     """
-    names = [part for name in read for part in queries.JOINED.get(name, (name,))]
     if not len(job_ids):
-        return with_gpm(pd.DataFrame(columns=names))
+        return with_gpm(pd.DataFrame(columns=list(read)))
     summarized = len(summary_rows)
     rest = job_ids[~np.isin(job_ids, _job_ids(summary_rows))].tolist()  # sorted, like job_ids
     running: list[tuple[Any, ...]] = []
     if rest:
         models = queries.gpu_models(store)
         measured: set[int] = set()
-        jobs = unsummarized.held(store, rest) if unsummarized is not None else {}
+        jobs = unsummarized.held(rest) if unsummarized is not None else {}
         for t in queries.interval_totals_for(store, rest):
             measured.add(t.job_id)
             model = models.get(t.gpu_uuid, "")
@@ -361,7 +290,6 @@ def gpu_rows(
                 "node": t.node,
                 "gpu_uuid": t.gpu_uuid,
                 "gpu_model": model,
-                "node_model": queries.JOIN_SEPARATOR.join((t.node, model)),
                 "gpu_seconds": t.covered_seconds + _missing(missing),
                 "active_seconds": t.active_seconds,
                 "util_mean_percent": t.util_mean_percent,
@@ -383,19 +311,13 @@ def gpu_rows(
         if unsummarized is not None:
             unmeasured = [j for j in rest if j not in measured]
             running += _unmeasured_rows(unsummarized, jobs, unmeasured, read)
-    records = (
-        _concatenated(summary_rows, running, read)
-        if isinstance(summary_rows, np.ndarray)
-        else [*summary_rows, *running]
-    )
-    frame = _row_frame(records, read)
+    frame = pd.DataFrame.from_records([*summary_rows, *running], columns=list(read))
     for name in read:  # (in place: a new frame would copy the number columns once more)
         if name in CATEGORICAL_COLUMNS:
             frame[name] = categorical(frame[name])
     # The summaries by job, node, GPU (in string order on every backend), sorted here
-    # as integer codes: cheaper than a database sort or a sort of tuples. A figures-only
-    # read has no GPU column: a job's GPUs on a node stay in the order read.
-    sort_by = [name for name in ("slot_id", "gpu_uuid", "node", "job_id") if name in frame.columns]
+    # as integer codes: cheaper than a database sort or a sort of tuples.
+    sort_by = ("slot_id", "gpu_uuid", "node", "job_id")
     keys = tuple(
         (frame[name].cat.codes if name != "job_id" else frame[name]).to_numpy()[:summarized]
         for name in sort_by
@@ -467,7 +389,6 @@ def _unmeasured_rows(
                 "node": node,
                 "gpu_uuid": "",
                 "gpu_model": "",
-                "node_model": queries.JOIN_SEPARATOR.join((node, "")),
                 "gpu_seconds": gpus * seconds,
                 "active_seconds": 0.0,
                 "util_mean_percent": None,
@@ -527,75 +448,6 @@ def fill_models(
         filled[i] = model
     out = gpus.copy()
     out["gpu_model"] = categorical(pd.Series(filled, index=gpus.index, dtype=object))
-    return out
-
-
-# The store columns a figures-only read selects, as numpy reads them: ids as int64, the
-# rest (times, figures, the GPU count) as float64, NULL as NaN.
-_NUMPY_DTYPES = {
-    "job_id": "i8",
-    "gpus": "f8",
-    **{name: "f8" for name in ("submit_time", "start_time", "end_time")},
-    **{name: "f8" for name in FIGURE_GPU_NUMBERS},
-    "share": "f8",
-    "slot_kind": "O",  # texts as objects (numpy reads them so from the driver's tuples)
-    "mig_profile": "O",
-}
-
-
-def numpy_dtype(read: Sequence[str]) -> np.dtype[Any]:
-    """The structured dtype a figures-only read of these columns is held in."""
-    return np.dtype([(name, _NUMPY_DTYPES.get(name, "O")) for name in read])
-
-
-def _row_frame(records: Records, read: Sequence[str]) -> pd.DataFrame:
-    """Store rows (tuples of the `read` columns, or their structured array) as a frame.
-
-    Joined texts are split.
-
-    Rows of only `_NUMPY_DTYPES` and joined columns (a figures-only read) go through one
-    numpy structured array: a C pass, about half the time of `from_records` inferring
-    each column from its objects (~10^6 rows a month). Other rows: `from_records`.
-    """
-    joined = queries.JOINED
-    if isinstance(records, np.ndarray):
-        array = records
-    elif not records or not all(name in _NUMPY_DTYPES or name in joined for name in read):
-        frame = pd.DataFrame.from_records(records, columns=list(read))
-        for name in read:
-            if name in joined:
-                parts = _split_joined(frame[name], joined[name])
-                frame = frame.drop(columns=name).assign(**parts)
-        return frame
-    else:
-        array = np.fromiter(records, dtype=numpy_dtype(read), count=len(records))
-    columns: dict[str, Any] = {}
-    for name in read:
-        if name in joined:
-            columns.update(_split_joined(pd.Series(array[name], dtype=object), joined[name]))
-        else:
-            columns[name] = array[name]
-    return pd.DataFrame(columns)
-
-
-def _split_joined(texts: pd.Series, parts: Sequence[str]) -> dict[str, pd.Series]:
-    """The columns of a store's joined text column (`queries.JOINED`), as categoricals.
-
-    Every distinct text is split once.
-    """
-    # A dict numbers the texts in order of appearance, as pd.factorize does, in about
-    # two thirds of its time here (every row's text is a new object, hashed either way).
-    numbers: dict[str, int] = {}
-    codes = np.array(
-        [numbers.setdefault(text, len(numbers)) for text in texts.to_numpy(dtype=object)],
-        dtype=np.intp,
-    )
-    split = [str(text).split(queries.JOIN_SEPARATOR, len(parts) - 1) for text in numbers]
-    out = {}
-    for i, name in enumerate(parts):
-        values = pd.Series(np.array([s[i] for s in split], dtype=object))
-        part = categorical(values)
-        out[name] = pd.Series(part.array.take(codes), index=texts.index)
     return out
 
 

@@ -81,18 +81,8 @@ class ReportEnv:
             self.warnings.append(f"sacct failed, using the store only: {exc}")
             return None
 
-    def usage(
-        self,
-        since: float | None,
-        until: float | None,
-        filters: JobFilter,
-        *,
-        figures_only: bool = False,
-    ) -> Usage:
-        """The jobs (and their GPUs) of this selection that the caller may see.
-
-        figures_only: only what report figures need (`load_usage`).
-        """
+    def usage(self, since: float | None, until: float | None, filters: JobFilter) -> Usage:
+        """The jobs (and their GPUs) of this selection that the caller may see."""
         return load_usage(
             self.store,
             since=since,
@@ -102,7 +92,6 @@ class ReportEnv:
             scope=self.scope,
             filters=filters,
             cost=self.config.cost,
-            figures_only=figures_only,
             lag=self.freshness.interval_lag,
         )
 

@@ -19,17 +19,13 @@ import pandas as pd
 from slurm_gpu.access import Scope
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.reports.frames import (
-    FIGURE_GPU_ROW_COLUMNS,
-    FIGURE_JOB_ROW_COLUMNS,
     GPU_COLUMNS,
     JOB_COLUMNS,
-    Records,
     Unsummarized,
     categorical,
     fill_models,
     gpu_rows,
     job_id_text,
-    numpy_dtype,
     stored_jobs,
     window_summaries,
 )
@@ -69,7 +65,6 @@ def load_usage(
     scope: Scope,
     filters: JobFilter = JobFilter(),
     cost: CostSettings | None = None,
-    figures_only: bool = False,
     lag: float | None = None,
 ) -> Usage:
     """Jobs overlapping [since, until] (or `filters.job_ids`) that `scope` may see.
@@ -83,9 +78,6 @@ def load_usage(
         scope: what the caller may see (applied before anything is computed).
         filters: sacct's -u/-A/-r/-j/-N/-s.
         cost: prices; None leaves cost columns at 0.
-        figures_only: read only what report figures need: the GPU frame then has
-            FIGURE_GPU_COLUMNS (and cost), the job frame at least FIGURE_JOB_COLUMNS
-            (`with_job_listing` adds the rest for a few jobs).
         lag: how far behind `now` a reporting agent's newest interval may be (see
             `frames.Unsummarized`): jobs with no summary are then counted from their
             start, their time with no readings missing. None: their intervals only.
@@ -93,14 +85,9 @@ def load_usage(
     numeric = [int(j) for j in filters.job_ids if j.isdigit()]
     if filters.job_ids:
         since = until = None  # like sacct -j: the jobs, whenever they ran
-    # sacct's rows are laid over whole store rows; -j, -s and -N select by job id text,
-    # state and node list: those need every column.
-    lean = figures_only and not (sacct_jobs or filters.job_ids or filters.states or filters.nodes)
-    read = FIGURE_JOB_ROW_COLUMNS if lean else queries.JOB_ROW_COLUMNS
-    stored: Records
-    if lean:  # a window's figures: straight into numpy
-        stored = queries.job_array_in_window(store, since, until, numpy_dtype(read))
-    elif numeric or not filters.job_ids:
+    read = queries.JOB_ROW_COLUMNS
+    stored: list[tuple[Any, ...]]
+    if numeric or not filters.job_ids:
         stored = queries.job_rows_in_window(
             store, since, until, numeric, columns=read, ordered=False, het_components=True
         )
@@ -118,14 +105,12 @@ def load_usage(
         jobs = stored_jobs(stored, read, now)
     jobs = select(jobs, filters, scope)
     wanted = jobs["job_id"].to_numpy(dtype="int64")
-    gpu_columns = FIGURE_GPU_ROW_COLUMNS if figures_only else GPU_COLUMNS
-    summary_rows: Records
     if numeric or filters.job_ids or not len(wanted):
-        summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=gpu_columns)
+        summary_rows = queries.summary_rows_for(store, wanted.tolist(), columns=GPU_COLUMNS)
     else:
-        summary_rows = window_summaries(store, since, until, stored, wanted, gpu_columns)
+        summary_rows = window_summaries(store, since, until, stored, wanted, GPU_COLUMNS)
     unsummarized = None if lag is None else Unsummarized(jobs, now, lag)
-    gpus = gpu_rows(store, wanted, summary_rows, gpu_columns, unsummarized)
+    gpus = gpu_rows(store, wanted, summary_rows, GPU_COLUMNS, unsummarized)
     if not gpus.empty:
         jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gres = {j.job_id: ",".join(t for t, _ in j.gpu_types) for j in sacct_jobs or () if j.gpu_types}
@@ -139,8 +124,8 @@ def load_usage(
 def with_job_listing(store: Store, jobs: pd.DataFrame, now: float) -> pd.DataFrame:
     """`jobs` with all JOB_COLUMNS.
 
-    What a figures-only job frame read from the store alone lacks (name, state, ...) is
-    read from the store, for these (few) jobs.
+    What a job frame lacks (name, state, ...) is read from the store, for these (few)
+    jobs; a whole job frame (`load_usage`'s) is returned as it is.
     """
     missing = [name for name in JOB_COLUMNS if name not in jobs.columns]
     if not missing:

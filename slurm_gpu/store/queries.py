@@ -143,28 +143,6 @@ def _sorted_in_python(store: Store) -> bool:
     return store.dialect == "sqlite"
 
 
-# Text columns a bulk read can return joined into one text, NULL as "", with
-# JOIN_SEPARATOR between (in no name, UUID or model): one string per row instead of
-# several, for a reader that splits each distinct text once (a month has ~10^6 summary
-# rows of ~10^4 GPUs, ~10^5 jobs of ~10^3 users).
-JOINED = {
-    "node_model": ("node", "gpu_model"),  # of job_gpu_summaries
-    "owner": ("user", "account", "partition"),  # of jobs
-}
-JOIN_SEPARATOR = "\x1f"  # ASCII unit separator
-
-
-def _column(table: sa.Table, columns: Any, name: str) -> Any:
-    """The SQL of column `name` of `table`: one of `columns`, or a `JOINED` text."""
-    if name not in JOINED:
-        return columns[name]
-    first, *rest = (sa.func.coalesce(table.c[part], "") for part in JOINED[name])
-    text: Any = first
-    for value in rest:
-        text = text + JOIN_SEPARATOR + value
-    return sa.type_coerce(text, sa.String()).label(name)
-
-
 # The `jobs` columns reports/frames.py reads (cluster and uid it does not).
 JOB_ROW_COLUMNS = tuple(c.name for c in jobs.columns if c.name not in ("cluster", "uid"))
 
@@ -179,7 +157,7 @@ def job_rows_in_window(
     ordered: bool = True,
     het_components: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """`jobs_in_window` as plain tuples of `columns` (`JOB_ROW_COLUMNS` or "owner").
+    """`jobs_in_window` as plain tuples of `columns` (of `JOB_ROW_COLUMNS`).
 
     Ordered by job id unless `ordered` is false: then in the order the database read
     them, for a caller that sorts them itself (a month read through the end_time index
@@ -197,18 +175,6 @@ def job_rows_in_window(
     return rows
 
 
-def job_array_in_window(
-    store: Store, since: float | None, until: float | None, dtype: np.dtype[Any]
-) -> np.ndarray:
-    """The window's `job_rows_in_window` (unordered) as one numpy structured array.
-
-    The fields of `dtype`, named like the columns, say what is read.
-    """
-    query = _job_queries(store, since, until, (), dtype.names or ())[0]
-    with store.reading("reading jobs") as conn:
-        return _array(conn, query, dtype)
-
-
 def _job_queries(
     store: Store,
     since: float | None,
@@ -218,8 +184,7 @@ def _job_queries(
     het_components: bool = False,
 ) -> list[Any]:
     j = jobs.c
-    selected = (_column(jobs, jobs.c, name) for name in columns)
-    base = sa.select(*selected).where(j.cluster == store.cluster)
+    base = sa.select(*(j[name] for name in columns)).where(j.cluster == store.cluster)
     if job_ids and het_components:
         return [
             base.where(sa.or_(j.job_id.in_(chunk), j.het_job_id.in_(chunk)))
@@ -314,8 +279,8 @@ _SUMMARY_EXPRESSIONS: dict[str, Any] = {
 
 
 def _summary_select(columns: Sequence[str]) -> Any:
-    """SELECT of these columns (`SUMMARY_ROW_COLUMNS` or "node_model"), in this order."""
-    return sa.select(*(_column(job_gpu_summaries, _SUMMARY_EXPRESSIONS, c) for c in columns))
+    """SELECT of these columns (`SUMMARY_ROW_COLUMNS`, GPM and slot ones), in this order."""
+    return sa.select(*(_SUMMARY_EXPRESSIONS[c] for c in columns))
 
 
 def summary_rows_in_window(
@@ -340,8 +305,8 @@ def summary_rows_in_window(
             caller read them already (`job_rows_in_window`): a redundant bound that lets
             the database walk the summaries' primary key over that range only (Slurm
             hands out job ids in submit order, so a month is one narrow range).
-        columns: which of `SUMMARY_ROW_COLUMNS` (default all) or "node_model" (`JOINED`): a
-            report that only sums figures reads fewer, as each costs an object per row.
+        columns: which of `SUMMARY_ROW_COLUMNS` (default all), `GPM_SUMMARY_COLUMNS`
+            and `SLOT_SUMMARY_COLUMNS` each tuple holds, in the order given.
         ordered: false returns the rows in the order the database found them, for a
             caller that orders them itself (cheaper than a database sort or a tuple
             sort); true needs job_id, node and gpu_uuid among the columns.

@@ -5,14 +5,13 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.reports.figures import GPM_COLUMNS
-from slurm_gpu.reports.frames import FIGURE_GPU_COLUMNS, FIGURE_JOB_COLUMNS, GPU_COLUMNS
+from slurm_gpu.reports.frames import GPU_COLUMNS, JOB_COLUMNS
 from slurm_gpu.reports.usage import load_usage, with_job_listing
 from slurm_gpu.store import Store
 from slurm_gpu.store import queries as store_usage
@@ -135,24 +134,18 @@ def test_load_usage_names_array_and_het_jobs_like_sacct(tmp_path: Path) -> None:
     assert [0, 0, 0] == list(usage.jobs["alloc_gpus"])
 
 
-def test_figures_only_load_has_the_full_loads_figures(store: Store) -> None:
-    """Reading only what figures need gives the full read's figure columns, value for value.
-
-    (User, account, partition and node, GPU, model each read as one text.) The listing
-    columns of a few jobs come from the store.
-    """
+def test_job_listing_fills_a_job_frame_from_the_store(store: Store) -> None:
+    """The listing columns a job frame lacks are read from the store, for its jobs."""
     kw = {"since": NOV, "until": DEC, "now": DEC + 10 * H, "sacct_jobs": None, "scope": ADMIN}
     full = load_usage(store, **kw)  # type: ignore[arg-type]
-    lean = load_usage(store, **kw, figures_only=True)  # type: ignore[arg-type]
-    pd.testing.assert_frame_equal(full.jobs[FIGURE_JOB_COLUMNS], lean.jobs[FIGURE_JOB_COLUMNS])
-    columns = [*FIGURE_GPU_COLUMNS, "cost"]
-    pd.testing.assert_frame_equal(full.gpus[columns], lean.gpus[columns])
-    listed = with_job_listing(store, lean.jobs, DEC + 10 * H)
+    assert full.jobs is with_job_listing(store, full.jobs, DEC + 10 * H)
+    figures = ["job_id", "user", "account", "partition", "start_time", "end_time", "alloc_gpus"]
+    listed = with_job_listing(store, full.jobs[figures], DEC + 10 * H)
     pd.testing.assert_frame_equal(full.jobs, listed)
 
 
-def test_figures_only_keeps_missing_names_blank(tmp_path: Path) -> None:
-    """A job with no user or partition reads "" for them, as in the full read."""
+def test_load_keeps_missing_names_blank(tmp_path: Path) -> None:
+    """A job with no user or partition reads "" for them."""
     s = Store(f"sqlite:///{tmp_path}/c.db", cluster="c")
     s.upgrade()
     s.upsert_jobs(
@@ -161,45 +154,16 @@ def test_figures_only_keeps_missing_names_blank(tmp_path: Path) -> None:
             {"job_id": 2, "user": "u", "account": None, "partition": "p", "start_time": NOV + H},
         ]
     )
-    usage = load_usage(
-        s, since=NOV, until=DEC, now=NOV + 2 * H, sacct_jobs=None, scope=ADMIN, figures_only=True
-    )
+    usage = load_usage(s, since=NOV, until=DEC, now=NOV + 2 * H, sacct_jobs=None, scope=ADMIN)
     assert [("", "a", ""), ("u", "", "p")] == list(
         zip(usage.jobs["user"], usage.jobs["account"], usage.jobs["partition"], strict=True)
     )
 
 
-def test_array_reads_hold_the_tuple_reads_rows(store: Store) -> None:
-    """The figures-only reads straight into numpy hold the tuple reads' rows.
-
-    NULL reads NaN in a number field and None in a text field.
-    """
-    jobs_dtype = np.dtype([("job_id", "i8"), ("owner", "O"), ("end_time", "f8"), ("gpus", "f8")])
-    array = store_usage.job_array_in_window(store, NOV, DEC, jobs_dtype)
-    tuples = store_usage.job_rows_in_window(store, NOV, DEC, columns=jobs_dtype.names or ())
-    assert [2, 3, 5, 7] == sorted(array["job_id"].tolist())
-    by_id = {int(r["job_id"]): r for r in array}
-    for job_id, owner, end, gpus in tuples:
-        row = by_id[job_id]
-        assert (owner, float(gpus)) == (row["owner"], row["gpus"])
-        assert np.isnan(row["end_time"]) if end is None else end == row["end_time"]
-
-    gpu_dtype = np.dtype([("job_id", "i8"), ("node_model", "O"), ("energy_joules", "f8")])
-    array = store_usage.summary_array_in_window(store, NOV, DEC, (2, 7), gpu_dtype)
-    tuples = store_usage.summary_rows_in_window(
-        store, NOV, DEC, columns=gpu_dtype.names or (), ordered=False
-    )
-    assert sorted(tuples, key=str) == sorted(
-        ((int(j), g, None if np.isnan(e) else float(e)) for j, g, e in array.tolist()), key=str
-    )
-    assert {None, 10.0} == {t[2] for t in tuples}  # job 3's energy is unknown
-
-
-def test_figures_only_load_of_an_empty_window(store: Store) -> None:
-    """A period with no jobs gives empty frames with the figure columns."""
+def test_load_of_an_empty_window(store: Store) -> None:
+    """A period with no jobs gives empty frames with every column."""
     far = NOV - 400 * 24 * H  # before every job
-    usage = load_usage(
-        store, since=far, until=far + H, now=far, sacct_jobs=None, scope=ADMIN, figures_only=True
-    )
+    usage = load_usage(store, since=far, until=far + H, now=far, sacct_jobs=None, scope=ADMIN)
     assert 0 == len(usage.jobs) == len(usage.gpus)
-    assert set(FIGURE_JOB_COLUMNS) <= set(usage.jobs.columns)
+    assert JOB_COLUMNS == list(usage.jobs.columns)
+    assert set(GPU_COLUMNS) <= set(usage.gpus.columns)
