@@ -1,33 +1,23 @@
-"""The figures every report shows, declared once and computed once, over column arrays.
+"""The figures every report shows, per group of GPU rows: the ledger's, over column arrays.
 
 A report figure (`FIGURE_KEYS`: GPU-hours, utilization, idle GPU-hours, energy, cost,
-queue wait, ...) is a sum or a mean over GPU rows: one row per job and GPU, prorated to
-the period (reports/summary.py `prorated`). A job's totals (`JOB_TOTAL_KEYS`, the sacct
-rows) are the same sums over the job's GPU rows, in seconds, bytes and joules.
+queue wait, ...) is computed from sums over GPU rows: one row per job and GPU, prorated
+to the period (reports/summary.py `prorated`). A job's totals (`JOB_TOTAL_KEYS`, the
+sacct rows) come from the same sums over the job's GPU rows, in seconds, bytes and joules.
+
+Every figure is the ledger's (slurm_gpu/ledger, issue 24), by the one road every report
+takes: each row's sums (`ledger.sums.row_sums`: held, active and missing seconds clipped
+by `ledger.time`, utilization and GPM means weighted by their seconds, energy and the
+rows that knew it...), added per group, then `ledger.figures.figures` of the group's
+summed sums (a job's totals: the ledger's `time.active`, `time.idle`, `util_mean`,
+`gpm_means`, `effective_seconds` of them). This module only groups rows and names keys.
 
 `Groups` computes them for every group at once: the rows are stably sorted by group, so
-each group is one slice of every column array and keeps its rows' order. A sum over a
-slice then adds the same numbers in the same order as pandas does over the group's part
-(`rows.groupby(key, sort=True)`), with a few numpy calls per group instead of a frame per
-group. `Groups(rows)` (no key) is one group of every row in row order: the totals.
-
-Missing data is never idle (README): a GPU row's GPU-seconds (held, and charged) are its
-measured seconds plus its `missing_seconds` (held with no readings: agent down, GPU lost).
-Idle is measured time below the active threshold, `gpu - missing - active`
-(`idle_seconds`, the one place that rule is written); missing time is its own figure and
-share. Where nothing was measured at all, active and idle GPU-hours and the idle share are
-unknown (None), never 0 % or 100 % idle.
-
-Utilization is weighted by GPU-seconds over the rows that have a mean utilization;
-the GPM figures (NVML GPU Performance Monitoring, Hopper and newer: SM activity, SM
-occupancy, tensor activity, DRAM bandwidth) by each row's `gpm_seconds` (the seconds GPM
-measured) over the rows that have the figure: a GPU without GPM adds nothing to them, and
-where no row was measured they are unknown (None), never 0 %. Effective GPU-hours are the
-GPM-measured GPU-hours x SM activity (time nobody measured is in none of them), and
-`gpm_percent` says which share of the GPU-hours GPM measured. `idle_held_cost` is the
-held-but-unused part of the charge under `[cost] charge = "effective"` (reports/pricing.py;
-None when no row carries it). Queue wait (Start - Submit) counts each job once, at its
-first row; its 95th percentile interpolates linearly (numpy's and pandas' default).
+each group is one slice of every column array and keeps its rows' order, and a sum per
+group is one `np.add.reduceat` over a column (`rows.groupby(key, sort=True)`'s groups, up
+to the order of the additions). `Groups(rows)` (no key) is one group of every row in row
+order: the totals. Queue wait (Start - Submit) counts each job once, at its first row;
+its 95th percentile interpolates linearly (numpy's and pandas' default).
 """
 
 from __future__ import annotations
@@ -37,8 +27,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.ledger import figures as ledger_figures
 from slurm_gpu.ledger import time
-from slurm_gpu.ledger.figures import GPM_MEANS
+from slurm_gpu.ledger.figures import FIGURE_KEYS, GPM_MEANS
+from slurm_gpu.ledger.sums import ROW_COLUMNS, row_sums
 
 JOB_TOTAL_KEYS = (
     "gpu_model",
@@ -67,6 +59,9 @@ JOB_TOTAL_KEYS = (
 GPM_COLUMNS = ("gpm_seconds", *GPM_MEANS)
 """A GPU row's GPM columns: 0 and NaN where its GPU has no GPM."""
 
+CHARGES = ("cost", "idle_held_cost")
+"""A GPU row's charge (reports/pricing.py), summed per group beside its ledger sums."""
+
 # Above this many rows, the first row of each job is found by hashing (pandas) rather
 # than by sorting (np.unique): a month's totals have ~10^6 rows, a group ~10^3.
 _HASH_FROM = 4096
@@ -85,7 +80,7 @@ class Groups:
         """Group `rows` by the column `key`; None: one group of every row, in row order."""
         self.rows = rows
         self._columns: dict[str, np.ndarray] = {}
-        self._time: time.RowTime | None = None
+        self._summed: dict[str, np.ndarray] | None = None
         if key is None:
             self.keys: list[Any] = [None]
             self.bounds = [(0, len(rows))]
@@ -130,188 +125,148 @@ class Groups:
             self._columns[key] = self._in_order(self.rows[name].to_numpy())
         return self._columns[key]
 
-    def sum(self, name: str, a: int, b: int) -> float:
-        """`part[name].sum()` of the group [a, b) (NaN counted as 0, like pandas).
+    def summed(self) -> dict[str, np.ndarray]:
+        """Each sum per group: its rows' ledger sums (`row_sums`) and `CHARGES` added.
 
-        A column the rows lack sums to 0 (`missing_seconds` of rows from before it).
+        A column the rows lack is unknown to the ledger (a sum of 0, a mean of none).
         """
-        if name not in self.rows:
-            return 0.0
-        return _sum(self.column(name)[a:b])
+        if self._summed is None:
+            n = len(self.positions())
+            rows = {name: self.column(name) for name in ROW_COLUMNS if name in self.rows}
+            per_row = row_sums(rows or {"gpu_seconds": np.zeros(n)}, 0.0)
+            for name in CHARGES:
+                per_row[name] = (
+                    np.nan_to_num(self.column(name)) if name in self.rows else np.zeros(n)
+                )
+            self._summed = {name: self._add(values) for name, values in per_row.items()}
+        return self._summed
 
-    def _row_time(self) -> time.RowTime:
-        """Each row's held, active and missing seconds as the ledger clips them."""
-        if self._time is None:
-            self._time = time.row_time(
-                self.column("gpu_seconds"),
-                self.column("active_seconds"),
-                self.column("missing_seconds")
-                if "missing_seconds" in self.rows
-                else np.zeros(len(self.rows)),
-            )
-        return self._time
+    def sums(self) -> list[dict[str, float]]:
+        """Each group's summed sums (`summed`), as the ledger's figures take them."""
+        summed = self.summed()
+        names = list(summed)
+        groups = np.transpose([summed[name] for name in names]).tolist()
+        return [dict(zip(names, group, strict=True)) for group in groups]
 
-    def _missing(self) -> np.ndarray:
-        """Each row's missing seconds, at most its GPU-seconds (0 where unknown)."""
-        return np.asarray(self._row_time().missing, dtype=float)
+    def _starts(self) -> np.ndarray:
+        return np.array([a for a, _ in self.bounds], dtype=np.intp)
 
-    def _active(self) -> np.ndarray:
-        """Each row's active seconds, at most its measured ones (0 where unknown)."""
-        return np.asarray(self._row_time().active, dtype=float)
+    def _add(self, values: np.ndarray) -> np.ndarray:
+        """`values` (in group order) added per group (0 for a group of no rows)."""
+        return self._reduce(np.add, values, 0.0)
 
-    def _gpm(self, a: int, b: int) -> dict[str, Any]:
-        """The GPM figures of the group [a, b): GPM-measured seconds, means, effective seconds.
-
-        Each mean is weighted by `gpm_seconds` over the rows that have it; None where
-        those rows measured nothing. Effective seconds: the SM activity mean's weighted
-        sum / 100 (None where SM activity is unknown).
-        """
-        weights = self._gpm_seconds()[a:b]
-        out: dict[str, Any] = {"gpm_seconds": _sum(weights)}
-        sums = {name: self._weighted_sum(name, a, b) for name in GPM_MEANS}
-        for name, (total, weight) in sums.items():
-            out[name] = total / weight if weight > 0 else None
-        total, weight = sums["sm_active_mean_percent"]
-        out["effective_seconds"] = total / 100.0 if weight > 0 else None
-        return out
-
-    def _gpm_seconds(self) -> np.ndarray:
-        """Each row's GPM-measured seconds (0 where unknown or where rows lack the column)."""
-        if "gpm" not in self._columns:
-            self._columns["gpm"] = (
-                np.nan_to_num(self.column("gpm_seconds"))
-                if "gpm_seconds" in self.rows
-                else np.zeros(len(self.rows))
-            )
-        return self._columns["gpm"]
-
-    def _weighted_sum(self, name: str, a: int, b: int) -> tuple[float, float]:
-        """(sum of `name` x gpm_seconds, sum of gpm_seconds) over the rows that have `name`."""
-        if name not in self.rows:
-            return 0.0, 0.0
-        values = self.column(name)[a:b]
-        known = ~np.isnan(values)
-        weights = self._gpm_seconds()[a:b][known]
-        return _sum(values[known] * weights), _sum(weights)
-
-    def _held_cost(self, a: int, b: int) -> float | None:
-        """The idle-held part of the charge (None where no row carries one)."""
-        return self.sum("idle_held_cost", a, b) if "idle_held_cost" in self.rows else None
-
-    def _time_split(self, a: int, b: int) -> tuple[float, float | None, float | None, float]:
-        """(GPU-seconds, active, idle, missing seconds) of the group [a, b).
-
-        Row by row, missing counts up to the GPU-seconds and active up to the measured
-        rest; active and idle are None where GPU-seconds were held but none measured.
-        """
-        gpu_seconds = self.sum("gpu_seconds", a, b)
-        missing = _sum(self._missing()[a:b])
-        active = _sum(self._active()[a:b])
-        idle = float(time.idle(gpu_seconds, active, missing))
-        if np.isnan(idle):  # held, none of it measured: unknown, never idle
-            return gpu_seconds, None, None, missing
-        return gpu_seconds, active, idle, missing
+    def _reduce(self, ufunc: np.ufunc, values: np.ndarray, empty: float) -> np.ndarray:
+        """`ufunc.reduceat` of `values` over each group (`empty` for a group of no rows)."""
+        if len(values) == 0:
+            return np.full(len(self.bounds), empty)
+        if len(self.bounds) == 1:  # the totals: numpy's (pairwise) reduce
+            return np.asarray([ufunc.reduce(values)], dtype=float)
+        reduced: np.ndarray = ufunc.reduceat(values, self._starts())
+        return reduced
 
     def figures(self) -> list[tuple[Any, dict[str, Any]]]:
-        """`(key, figures)` for every group, in key order; figures keyed by FIGURE_KEYS."""
-        gpu = self.column("gpu_seconds")
-        util = self.column("util_mean_percent")
-        energy = self.column("energy_joules")
+        """`(key, figures)` for every group, in key order; figures keyed by FIGURE_KEYS.
+
+        The ledger's figures (`ledger.figures.figures`) of the group's summed sums.
+        """
+        held_cost = "idle_held_cost" in self.rows
+        out = []
+        for key, total, counted in zip(self.keys, self.sums(), self._counted(), strict=True):
+            figures = ledger_figures.figures(total, counted, held_cost)
+            out.append((key, {name: figures[name] for name in FIGURE_KEYS}))
+        return out
+
+    def _counted(self) -> list[ledger_figures.Counted]:
+        """Each group's jobs, users and queue waits (a job's wait counted at its first row)."""
         wait = self.column("queue_wait")
         job = self.codes("job_id")
         user = self.codes("user")
         out = []
-        for key, (a, b) in zip(self.keys, self.bounds, strict=True):
-            gpu_seconds, active, idle, missing = self._time_split(a, b)
+        for a, b in self.bounds:
             firsts = _first_rows(job[a:b])
             waits = wait[a:b][firsts]
             waits = waits[~np.isnan(waits)]
-            used = _not_nan(energy[a:b])
-            figures = {
-                "jobs": int((job[a:b][firsts] >= 0).sum()),
-                "users": _distinct(user[a:b]),
-                "gpu_hours": gpu_seconds / 3600.0,
-                "gpu_mem_hours": self.sum("mem_gib_seconds", a, b) / 3600.0,
-                "util_mean_percent": _weighted(util[a:b], gpu[a:b]),
-                "active_gpu_hours": _hours(active),
-                "idle_gpu_hours": _hours(idle),
-                "idle_percent": _share(idle, gpu_seconds),
-                "missing_gpu_hours": missing / 3600.0,
-                "missing_percent": _share(missing, gpu_seconds),
-                "energy_kwh": float(used.sum()) / 3.6e6 if len(used) else None,
-                "cost": self.sum("cost", a, b),
-                "queue_wait_mean": float(waits.sum() / len(waits)) if len(waits) else None,
-                "queue_wait_p95": float(np.percentile(waits, 95.0)) if len(waits) else None,
-            }
-            gpm = self._gpm(a, b)
-            figures["gpm_gpu_hours"] = gpm["gpm_seconds"] / 3600.0
-            figures["gpm_percent"] = _share(gpm["gpm_seconds"], gpu_seconds)
-            figures.update({name: gpm[name] for name in GPM_MEANS})
-            figures["effective_gpu_hours"] = _hours(gpm["effective_seconds"])
-            figures["idle_held_cost"] = self._held_cost(a, b)
-            out.append((key, figures))
+            out.append(
+                ledger_figures.Counted(
+                    jobs=int((job[a:b][firsts] >= 0).sum()),
+                    users=_distinct(user[a:b]),
+                    queue_wait_mean=float(waits.sum() / len(waits)) if len(waits) else None,
+                    queue_wait_p95=float(np.percentile(waits, 95.0)) if len(waits) else None,
+                )
+            )
         return out
 
     def job_totals(self) -> list[tuple[Any, dict[str, Any]]]:
         """`(key, totals)` for every group, totals keyed by JOB_TOTAL_KEYS.
 
-        Utilization: weighted by GPU-seconds; where the rows with readings have no
-        GPU-seconds, their plain mean.
+        The ledger's figures of the group's summed sums, in seconds and joules.
+        Utilization: the ledger's (weighted by GPU-seconds); where the rows with readings
+        have no GPU-seconds, their plain mean.
         """
-        gpu = self.column("gpu_seconds")
         util = self.column("util_mean_percent")
-        util_max = self.column("util_max_percent")
-        mem_max = self.column("mem_max_bytes")
-        energy = self.column("energy_joules")
+        readings = self._add(np.where(np.isnan(util), 0.0, 1.0)).tolist()
+        readings_sum = self._add(np.nan_to_num(util)).tolist()
+        util_max = self._reduce(np.fmax, self.column("util_max_percent"), np.nan).tolist()
+        mem_max = self._reduce(np.fmax, self.column("mem_max_bytes"), np.nan).tolist()
+        until, newest = self.values("data_until"), self._newest()
         models = self.values("gpu_model")
         sources = self.values("source")
-        until = self.values("data_until")
-        has_cost = "cost" in self.rows
+        held_cost = "idle_held_cost" in self.rows
+        summed = self.summed()
+        split = (summed["gpu_seconds"], summed["active_seconds"], summed["missing_seconds"])
+        active = np.asarray(time.active(*split), dtype=float).tolist()
+        idle = np.asarray(time.idle(*split), dtype=float).tolist()
         out = []
-        for key, (a, b) in zip(self.keys, self.bounds, strict=True):
+        for i, (key, (a, b), total) in enumerate(
+            zip(self.keys, self.bounds, self.sums(), strict=True)
+        ):
             if a == b:
                 out.append((key, empty_job_totals()))
                 continue
-            gpu_seconds, active, idle, missing = self._time_split(a, b)
-            mean = _weighted(util[a:b], gpu[a:b])
-            if mean is None:
-                readings = _not_nan(util[a:b])
-                mean = float(readings.sum() / len(readings)) if len(readings) else None
-            peak_util, peak_mem = _not_nan(util_max[a:b]), _not_nan(mem_max[a:b])
-            used = _not_nan(energy[a:b])
+            mean = ledger_figures.util_mean(total)
+            if mean is None and readings[i] > 0:
+                mean = readings_sum[i] / readings[i]
             totals = {
                 "gpu_model": ",".join(sorted({str(m) for m in models[a:b] if m})),
-                "gpu_seconds": gpu_seconds,
-                "active_seconds": active,
-                "idle_seconds": idle,
-                "missing_seconds": missing,
+                "gpu_seconds": total["gpu_seconds"],
+                "active_seconds": _known(active[i]),
+                "idle_seconds": _known(idle[i]),
+                "missing_seconds": total["missing_seconds"],
                 "util_mean_percent": mean,
-                "util_max_percent": float(peak_util.max()) if len(peak_util) else None,
-                "mem_max_bytes": int(peak_mem.max()) if len(peak_mem) else None,
-                "mem_gib_seconds": self.sum("mem_gib_seconds", a, b),
-                "energy_joules": float(used.sum()) if len(used) else None,
-                "cost": self.sum("cost", a, b) if has_cost else 0.0,
-                "data_until": pd.Series(until[a:b]).max(),
+                "util_max_percent": _known(util_max[i]),
+                "mem_max_bytes": int(mem_max[i]) if _known(mem_max[i]) is not None else None,
+                "mem_gib_seconds": total["mem_gib_seconds"],
+                "energy_joules": total["energy_joules"] if total["energy_rows"] > 0 else None,
+                "cost": total["cost"],
+                "data_until": newest[i] if newest is not None else pd.Series(until[a:b]).max(),
                 "source": ",".join(sorted({str(s) for s in sources[a:b]})),
-                **self._gpm(a, b),
-                "idle_held_cost": self._held_cost(a, b),
+                "gpm_seconds": total["gpm_seconds"],
+                **ledger_figures.gpm_means(total),
+                "effective_seconds": ledger_figures.effective_seconds(total),
+                "idle_held_cost": total["idle_held_cost"] if held_cost else None,
             }
             out.append((key, totals))
         return out
+
+    def _newest(self) -> np.ndarray | None:
+        """Each group's newest `data_until` where the column is floats (NaN: none)."""
+        until = self.values("data_until")
+        if until.dtype.kind != "f":
+            return None  # texts or objects: pandas' max, group by group
+        return self._reduce(np.fmax, until, np.nan)
 
 
 def physical_seconds(rows: pd.DataFrame, key: str | None = None) -> dict[Any, float]:
     """Physical GPU-seconds per group (`key`; None: every row, keyed None).
 
     A GPU slot's GPU-seconds are slot-seconds held; `share x` them is its part of the
-    physical GPU (issue 14): seven 1g.10gb slices held for an hour are 7 slot-hours and
-    one physical GPU-hour. A row without a share (from before slots) is a whole GPU.
+    physical GPU (issue 14, the ledger's `physical_seconds`): seven 1g.10gb slices held
+    for an hour are 7 slot-hours and one physical GPU-hour. A row without a share (from
+    before slots) is a whole GPU.
     """
     groups = Groups(rows, key)
-    held = np.nan_to_num(groups.column("gpu_seconds"))
-    share = groups.column("share") if "share" in rows else np.ones(len(held))
-    physical = held * np.where(np.isnan(share), 1.0, share)
-    return {k: _sum(physical[a:b]) for k, (a, b) in zip(groups.keys, groups.bounds, strict=True)}
+    physical = groups.summed()["physical_seconds"].tolist()
+    return dict(zip(groups.keys, physical, strict=True))
 
 
 def figures(rows: pd.DataFrame) -> dict[str, Any]:
@@ -335,9 +290,10 @@ def empty_job_totals() -> dict[str, Any]:
 
 
 def idle_seconds(rows: pd.DataFrame) -> np.ndarray:
-    """Each row's measured idle seconds: GPU-seconds - missing - active, at least 0.
+    """Each row's measured idle seconds (the ledger's `time.idle` of the row), at least 0.
 
-    Row by row what `Groups` sums (the monthly report's idle cost and wasteful jobs).
+    A row held but not measured at all has no idle seconds (0). Row by row what `Groups`
+    sums (the monthly report's idle cost and wasteful jobs).
     """
 
     def numbers(name: str) -> np.ndarray:
@@ -348,39 +304,14 @@ def idle_seconds(rows: pd.DataFrame) -> np.ndarray:
     held, active, missing = time.row_time(
         numbers("gpu_seconds"), numbers("active_seconds"), numbers("missing_seconds")
     )
-    idle: np.ndarray = np.asarray(held, dtype=float) - missing - active
-    return idle
-
-
-def _hours(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds / 3600.0
-
-
-def _share(part: float | None, whole: float) -> float | None:
-    """`part` as a percentage of `whole`; None when either is unknown or whole is 0."""
-    return 100.0 * part / whole if part is not None and whole > 0 else None
-
-
-def _sum(values: np.ndarray) -> float:
-    """pandas' `Series.sum()`: NaN counted as 0."""
-    nan = np.isnan(values)
-    if nan.any():
-        values = np.where(nan, 0.0, values)
-    return float(values.sum())
-
-
-def _not_nan(values: np.ndarray) -> np.ndarray:
-    """pandas' `Series.dropna()`: the values that are not NaN."""
-    known: np.ndarray = values[~np.isnan(values)]
+    idle = np.asarray(time.idle(held, active, missing), dtype=float)
+    known: np.ndarray = np.where(np.isnan(idle), 0.0, idle)
     return known
 
 
-def _weighted(util: np.ndarray, gpu_seconds: np.ndarray) -> float | None:
-    """Mean utilization weighted by GPU-seconds over the rows with a mean; None if none."""
-    known = ~np.isnan(util)
-    weights = gpu_seconds[known]
-    weight = _sum(weights)
-    return _sum(util[known] * weights) / weight if weight > 0 else None
+def _known(value: Any) -> float | None:
+    """A number as a float; None where unknown (None or NaN)."""
+    return None if value is None or np.isnan(value) else float(value)
 
 
 def _first_rows(codes: np.ndarray) -> np.ndarray:
