@@ -78,6 +78,11 @@ def effective_seconds(total: Mapping[str, Any]) -> float | None:
     return float(total["sm_active_weighted_sum"]) / 100.0
 
 
+def energy_joules(total: Mapping[str, Any]) -> float | None:
+    """Summed GPU energy; None (unknown) where no row knew its energy, never 0."""
+    return float(total["energy_joules"]) if float(total["energy_rows"]) > 0 else None
+
+
 def util_mean(total: Mapping[str, Any]) -> float | None:
     """Utilization weighted by held seconds over the rows with a mean (None: none had)."""
     seconds = float(total["util_seconds"])
@@ -97,6 +102,7 @@ def figures(total: Mapping[str, Any], counted: Counted, held_cost: bool) -> dict
     active = float(time.active(gpu, float(total["active_seconds"]), missing))
     idle = float(time.idle(gpu, float(total["active_seconds"]), missing))
     gpm = float(total["gpm_seconds"])
+    energy = energy_joules(total)
     effective = effective_seconds(total)
     return {
         "jobs": counted.jobs,
@@ -109,9 +115,7 @@ def figures(total: Mapping[str, Any], counted: Counted, held_cost: bool) -> dict
         "idle_percent": share_percent(idle, gpu),
         "missing_gpu_hours": missing / 3600.0,
         "missing_percent": share_percent(missing, gpu),
-        "energy_kwh": float(total["energy_joules"]) / 3.6e6
-        if float(total["energy_rows"]) > 0
-        else None,
+        "energy_kwh": None if energy is None else energy / 3.6e6,
         "cost": float(total["cost"]),
         "queue_wait_mean": counted.queue_wait_mean,
         "queue_wait_p95": counted.queue_wait_p95,

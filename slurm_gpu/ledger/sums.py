@@ -79,7 +79,7 @@ def unused_share(held: Any, gpm_seconds: Any, sm_active_percent: Any) -> Any:
     gpu = np.asarray(held, dtype=float)
     gpm = np.asarray(gpm_seconds, dtype=float)
     sm = np.asarray(sm_active_percent, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # tiny held
         measured = np.clip(np.where(gpu > 0, gpm / gpu, 0.0), 0.0, 1.0)
     inactive = 1.0 - np.clip(sm / 100.0, 0.0, 1.0)
     share = np.where(np.isnan(measured) | np.isnan(inactive), 0.0, measured * inactive)

@@ -236,7 +236,7 @@ class Groups:
                 "util_max_percent": _known(util_max[i]),
                 "mem_max_bytes": int(mem_max[i]) if _known(mem_max[i]) is not None else None,
                 "mem_gib_seconds": total["mem_gib_seconds"],
-                "energy_joules": total["energy_joules"] if total["energy_rows"] > 0 else None,
+                "energy_joules": ledger_figures.energy_joules(total),
                 "cost": total["cost"],
                 "data_until": newest[i] if newest is not None else pd.Series(until[a:b]).max(),
                 "source": ",".join(sorted({str(s) for s in sources[a:b]})),
