@@ -40,7 +40,6 @@ from slurm_gpu.models import (
     Exemption,
     GpuActivity,
     GpuInterval,
-    NodeHealth,
     QuotaApplied,
     QuotaUsage,
     SlurmJob,
@@ -55,6 +54,7 @@ from slurm_gpu.policy.exemption_audit import (
     withdrawal_reason,
 )
 from slurm_gpu.policy.messages import GRACE_POLICIES, Messenger
+from slurm_gpu.policy.node_health import admin_resumes, node_health, owned_drains
 from slurm_gpu.policy.notify import Notifier
 from slurm_gpu.policy.quota_periods import cluster_timezone, is_rolling, period_bounds
 from slurm_gpu.policy.rules import MAX_RUNTIME, evaluate
@@ -182,11 +182,13 @@ class Controller:
             self._store_is_back(now)
             jobs = self.slurm.jobs()
             nodes = self.slurm.nodes()
+            # Drains an admin undid stay undone until newer readings (issue 25 item 4).
+            resumes = admin_resumes(self.control, nodes, now, self.config)
             verdicts, records = self._evaluate(
-                jobs, [n.name for n in nodes if "drain" in n.state], now, dry_run
+                jobs, [n.name for n in nodes if "drain" in n.state], now, dry_run, resumes.since
             )
             skipped = self._exempt_skips(jobs, records, now)
-            withdrawn = self._withdrawn_warnings(jobs, verdicts, dry_run, records)
+            withdrawn = resumes.records + self._withdrawn_warnings(jobs, verdicts, dry_run, records)
             withdrawn += self._expired_exemptions(jobs, now)
             verdicts = self._news([*verdicts, *skipped], dry_run)
             report.verdicts = verdicts
@@ -428,9 +430,17 @@ class Controller:
     # ---- inputs ---------------------------------------------------------------------
 
     def _evaluate(
-        self, jobs: list[SlurmJob], drained: list[str], now: float, dry_run: bool
+        self,
+        jobs: list[SlurmJob],
+        drained: list[str],
+        now: float,
+        dry_run: bool,
+        resumed: dict[str, float] | None = None,
     ) -> tuple[list[Verdict], list[ExemptionRecord]]:
-        """This cycle's verdicts, and the exemptions in force that they were judged with."""
+        """This cycle's verdicts, and the exemptions in force that they were judged with.
+
+        resumed: {node: when an admin resumed it after slurm-gpu drained it}.
+        """
         running = [j.job_id for j in jobs if j.state.upper() == "RUNNING"]
         self._activity = self.store.activity(running)
         # One read serves node health and stray processes (the last few shipping periods)
@@ -449,6 +459,15 @@ class Controller:
             Exemption(e.scope, e.policy, e.until, e.reason, e.created_by) for e in records
         ]
         warned = self._warned(running, dry_run)
+        resumed = resumed or {}
+        readings = node_health(
+            recent,
+            self.store.inventory(),
+            drained,
+            resumed,
+            self.control.heartbeat_ticks(sorted(resumed)),
+            self._ecc_seen,
+        )
         # Kept for cycles while the store is unavailable.
         self._known_warned = dict(warned)
         self._known_exemptions = exemptions
@@ -461,10 +480,11 @@ class Controller:
             warned=warned,
             quota_usage=self._quota_usage(now),
             quota_applied=self._quota_applied({j.job_id for j in jobs}),
-            node_health=self._node_health(recent, drained),
+            node_health=readings.evidence,
             unallocated=self._unallocated(recent),
             intervals=self._intervals,
         )
+        verdicts = owned_drains(verdicts, readings, resumed, self.config, now)
         self._warned_now = warned
         return verdicts, records
 
@@ -618,38 +638,6 @@ class Controller:
     def store_period(self) -> float:
         """How far back "recent" readings reach: a shipping period plus an agent interval."""
         return float(self.config.store.ship_aggregate) + float(self.config.node.interval)
-
-    def _node_health(self, recent: list[GpuInterval], drained: list[str]) -> list[NodeHealth]:
-        newest: dict[str, tuple[float, float | None]] = {}
-        ecc: dict[str, int] = {}
-        nodes: dict[str, str] = {}
-        for row in recent:
-            nodes[row.gpu_uuid] = row.node
-            last = newest.get(row.gpu_uuid)
-            if last is None or row.period_end > last[0]:
-                newest[row.gpu_uuid] = (row.period_end, row.temperature_max_celsius)
-            if row.ecc_errors_total is not None:
-                ecc[row.gpu_uuid] = max(ecc.get(row.gpu_uuid, 0), row.ecc_errors_total)
-        health: dict[str, NodeHealth] = {}
-        for gpu, node in nodes.items():
-            temp = newest[gpu][1]
-            new_ecc = max(0, ecc.get(gpu, 0) - self._ecc_seen.get(gpu, ecc.get(gpu, 0)))
-            if gpu in ecc:
-                self._ecc_seen[gpu] = ecc[gpu]
-            old = health.get(node, NodeHealth(node, drained=node in drained))
-            hottest = max(
-                (t for t in (old.max_temperature_celsius, temp) if t is not None), default=None
-            )
-            health[node] = NodeHealth(node, hottest, old.new_ecc_errors + new_ecc, (), old.drained)
-        # The GPUs the agents cannot read at all, from their inventory reports (NodeAgent).
-        for entry in self.store.inventory():
-            if entry.lost_since is not None:
-                old = health.get(entry.node, NodeHealth(entry.node, drained=entry.node in drained))
-                lost = (*old.lost_gpus, entry.device.uuid)
-                health[entry.node] = NodeHealth(
-                    entry.node, old.max_temperature_celsius, old.new_ecc_errors, lost, old.drained
-                )
-        return list(health.values())
 
     def _unallocated(self, recent: list[GpuInterval]) -> list[UnallocatedUse]:
         """Stray processes in the recent intervals, once per new process.

@@ -187,8 +187,9 @@ def notification_key(verdict: Verdict, now: float) -> str:
     """At most one message per job (or target) and alert kind, and per event for nodes.
 
     A job's warning or cancellation happens once. A node's events recur: the stray
-    processes on a GPU are reported once per set of processes, and a node drained,
-    resumed and drained again for the same reason is told once a day.
+    processes on a GPU are reported once per set of processes, and every drain once: a
+    node drained again after an admin resumed it carries `resumed_at` (issue 25 item 4),
+    while a drain retried after a failure is the same message.
     """
     details = dict(verdict.details)
     # Quota warnings recur each period: one per crossed fraction per period.
@@ -198,5 +199,5 @@ def notification_key(verdict: Verdict, now: float) -> str:
     if "pids" in details:
         suffix += f":{details.get('gpu_uuid')}:{details['pids']}"
     if verdict.action is Action.DRAIN:
-        suffix += f":{verdict.reason}:day{int(now // 86400)}"
+        suffix += f":{verdict.reason}:resumed{details.get('resumed_at', 0)}"
     return f"{verdict.target}:{verdict.policy}:{verdict.action.value}{suffix}"

@@ -18,6 +18,7 @@ from slurm_gpu.errors import StoreError
 from slurm_gpu.models import Action, Verdict
 from slurm_gpu.store.database import Database
 from slurm_gpu.store.dialect import insert_ignore
+from slurm_gpu.store.heartbeats import read_heartbeats
 from slurm_gpu.store.schema import (
     audit_log,
     controller_lease,
@@ -274,6 +275,50 @@ class ControlStore:
                 for r in conn.execute(query):
                     latest[(r.target, r.policy)] = (r.action, json.loads(r.details or "{}"))
         return latest
+
+    def newest_entries(
+        self,
+        targets: Sequence[str],
+        policy: str,
+        actions: Sequence[str],
+        outcomes: Sequence[str],
+    ) -> dict[str, AuditEntry]:
+        """{target: its newest audit row of `policy` with one of `actions` and `outcomes`}.
+
+        The hot_node policy reads its own drains ("drain", "done") and the admins'
+        resumes it recorded ("none", "recorded") this way (issue 25 item 4).
+        """
+        c = audit_log.c
+        wanted = set(targets)
+        if not wanted:
+            return {}
+        query = (
+            sa.select(audit_log)
+            .where(c.cluster == self.cluster, c.policy == policy)
+            .where(c.action.in_(list(actions)), c.outcome.in_(list(outcomes)))
+            .order_by(c.time, c.id)
+        )
+        if len(wanted) <= 500:  # beyond, one read of the policy's rows: no long IN list
+            query = query.where(c.target.in_(sorted(wanted)))
+        newest: dict[str, AuditEntry] = {}
+        with self.store.reading("reading the newest audit rows of targets") as conn:
+            for r in conn.execute(query).mappings():
+                if r["target"] in wanted:
+                    newest[r["target"]] = _audit_entry(r)
+        return newest
+
+    def heartbeat_ticks(self, nodes: Sequence[str]) -> dict[str, float]:
+        """{node: the tick of its agent's newest heartbeat in the store}, for `nodes`.
+
+        A heartbeat is stored with the rows its tick queued before it (inventory and
+        lost GPUs included: `slurm_gpu.store.heartbeats`), so what the store says of a
+        node's GPUs is what its agent knew at that tick.
+        """
+        if not nodes:
+            return {}
+        with self.store.reading("reading node heartbeats") as conn:
+            beats = read_heartbeats(conn, self.cluster, nodes)
+        return {node: beat.tick for node, beat in beats.items()}
 
     # ---- exemptions -----------------------------------------------------------------
 
@@ -534,6 +579,27 @@ class ControlStore:
                     c.target == target,
                 )
             )
+
+
+def _audit_entry(r: Any) -> AuditEntry:
+    """An audit_log row (a mapping) as an AuditEntry."""
+    return AuditEntry(
+        id=r["id"],
+        time=r["time"],
+        cycle=r["cycle"],
+        controller=r["controller"],
+        dry_run=bool(r["dry_run"]),
+        policy=r["policy"],
+        action=r["action"],
+        target=r["target"],
+        job_id=r["job_id"],
+        user=r["user"],
+        account=r["account"],
+        node=r["node"],
+        reason=r["reason"],
+        details=json.loads(r["details"] or "{}"),
+        outcome=r["outcome"],
+    )
 
 
 def _new_id(result: sa.CursorResult[Any]) -> int:

@@ -77,24 +77,33 @@ def test_one_key_per_job_and_alert_kind() -> None:
     )
 
 
-def test_node_events_recur_for_new_processes_and_new_days() -> None:
-    """Stray processes: one report per set of pids. A drain: once per reason and day."""
+def test_node_events_recur_for_new_processes_and_new_drains() -> None:
+    """Stray processes: one report per set of pids. A drain: once per admin resume.
+
+    A drain retried (it failed) is the same message, whatever the day; a drain after an
+    admin resumed the node (its `resumed_at`) is a new one (issue 25 item 4).
+    """
 
     def stray(*pids: int) -> Verdict:
         details = (("gpu_uuid", "GPU-1"), ("slurm_index", 3), ("pids", pids))
         return Verdict("unallocated_use", Action.REPORT, "node:gpu2", "x", details=details)
 
     drain = Verdict("hot_node", Action.DRAIN, "node:gpu1", "3 new GPU ECC error(s)")
+    again = Verdict(
+        "hot_node", Action.DRAIN, "node:gpu1", "3 new GPU ECC error(s)",
+        details=(("resumed_at", 5000.0),),
+    )  # fmt: skip
     keys = {
         "same pids, later": notification_key(stray(7, 9), 0) == notification_key(stray(7, 9), 5e5),
         "new pid": notification_key(stray(7, 9), 0) == notification_key(stray(7, 11), 0),
-        "drain, same day": notification_key(drain, 3600) == notification_key(drain, 7200),
-        "drain, next day": notification_key(drain, 3600) == notification_key(drain, 90000),
+        "drain retried, next day": notification_key(drain, 3600) == notification_key(drain, 90000),
+        "drain after a resume, same hour": notification_key(drain, 3600)
+        == notification_key(again, 7200),
     }
     expected = {
         "same pids, later": True,
         "new pid": False,
-        "drain, same day": True,
-        "drain, next day": False,
+        "drain retried, next day": True,
+        "drain after a resume, same hour": False,
     }
     assert expected == keys
