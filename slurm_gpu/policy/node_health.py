@@ -206,21 +206,17 @@ def owned_drains(
 ) -> list[Verdict]:
     """The cycle's verdicts with the drains of resumed nodes told as such, and their SKIPs.
 
-    A drain of a resumed node (on readings newer than R) names the resume in its reason
-    and carries `resumed_at`; a resumed node that older readings alone would drain gets
+    A drain of a resumed node (on readings newer than R) carries `resumed_at` in its
+    details; a resumed node that older readings alone would drain gets
     a SKIP verdict saying so.
     """
     out: list[Verdict] = []
     drained_now: set[str] = set()
     for v in verdicts:
         if v.action is Action.DRAIN and v.policy == HOT_NODE and v.node in resumed:
+            # Slurm's reason stays the problem alone; the audit and the mail get R.
             drained_now.add(v.node)
-            when = _time_text(resumed[v.node], now, config)
-            v = replace(
-                v,
-                reason=f"{v.reason}; read after an admin resumed the node at {when}",
-                details=(*v.details, ("resumed_at", resumed[v.node])),
-            )
+            v = replace(v, details=(*v.details, ("resumed_at", resumed[v.node])))
         out.append(v)
     if not config.policy.hot_node.enabled:
         return out

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from email.message import Message
+from typing import cast
 
 import pytest
 
@@ -133,15 +134,20 @@ def test_an_old_heartbeat_is_no_evidence(rig: Rig) -> None:
 def test_a_heartbeat_after_the_resume_with_the_gpu_still_lost_drains_again(rig: Rig) -> None:
     """The agent read gpu1 after the resume and GPU-a1 is still lost: drained again, mailed.
 
-    The reason (in Slurm too) says the reading came after the admin's resume.
+    The drain's details (audit log, mail) carry the resume's time.
     """
     drained_then_resumed(rig)
     rig.store.add_heartbeats([NodeHeartbeat("gpu1", T0 + 25, ("GPU-a0",))])
     rig.cycle(T0 + 30, "idle")
-    again = "lost GPU GPU-a1; read after an admin resumed the node at 08:00:20"
-    assert [("gpu1", "lost GPU GPU-a1"), ("gpu1", again)] == rig.slurm.calls_to("drain")
-    assert [DRAIN, RESUMED, SKIPPED, (T0 + 30, "drain", again, "done")] == rig.audited()
-    assert 2 == len(rig.drain_mails())
+    assert [("gpu1", "lost GPU GPU-a1")] * 2 == rig.slurm.calls_to("drain")
+    again = (T0 + 30, "drain", "lost GPU GPU-a1", "done")
+    assert [DRAIN, RESUMED, SKIPPED, again] == rig.audited()
+    last = rig.store.control.audit_entries(actions=["drain"])[-1]
+    assert T0 + 20 == last.details["resumed_at"]
+    mails = rig.drain_mails()
+    assert 2 == len(mails)
+    body = cast(bytes, rig.inbox[-1].get_payload(decode=True)).decode()
+    assert "resumed_at=1800000020.0" in body
 
 
 def test_a_gpu_lost_again_after_the_resume_drains_again(rig: Rig) -> None:
