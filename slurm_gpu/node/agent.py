@@ -38,6 +38,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 from slurm_gpu.activity import is_active
@@ -80,6 +81,11 @@ _CGROUP_JOB = re.compile(rb"/job_(\d+)(?:/|$)", re.MULTILINE)
 # step_N/user/task_N. A SLUID is "s" and 13 characters of Crockford's base 32
 # (src/common/sluid.c, print_sluid).
 _CGROUP_SLUID = re.compile(rb"/(s[0-9A-HJKMNP-TV-Z]{13})(?:/|$)", re.MULTILINE)
+
+
+def _iso(posix: float) -> str:
+    """A POSIX time as UTC ISO 8601 (for the log)."""
+    return datetime.fromtimestamp(posix, UTC).isoformat(timespec="seconds")
 
 
 def job_of_pid(
@@ -156,8 +162,14 @@ class NodeAgent:
             is active, by the same rule ([node] sm_active_threshold_percent).
         max_gap_intervals: a read later than this many intervals after the previous one
             does not claim the gap: it is recorded as missing, not as idle.
-        clock: POSIX time. pid_job: maps a pid to its Slurm job (None: no job); default
-            `job_of_pid` with the SLUIDs of the jobs bound here.
+        clock: POSIX time (the wall clock). pid_job: maps a pid to its Slurm job (None: no
+            job); default `job_of_pid` with the SLUIDs of the jobs bound here.
+        monotonic: a clock that never steps (seconds): the agent's time is the wall clock
+            at its anchor plus this clock's time since (`_tick_time`). None:
+            time.monotonic with the real wall clock, else `clock` itself (a test's clock,
+            which steps only when the test says so: pass both to step the wall alone).
+        clock_step: a wall clock further than this many seconds from the agent's time, either
+            way, has stepped (NTP): logged, and never measured twice nor as a gap.
         pid_owner: maps a pid to its owner's user name for the unallocated-use log;
             default `process_owner` (/proc).
         stat: os.stat, for resolving device minors.
@@ -190,6 +202,8 @@ class NodeAgent:
         mig_minors: MigMinors | None = None,
         job_shares: Callable[[int], tuple[str, int] | None] | None = None,
         activity_refresh: float = 300.0,
+        monotonic: Callable[[], float] | None = None,
+        clock_step: float = 2.0,
     ) -> None:
         self.node = node
         self.node_dir = node_dir
@@ -201,6 +215,14 @@ class NodeAgent:
         self.sm_active_threshold = sm_active_threshold
         self.max_gap = max_gap_intervals * interval
         self.clock = clock
+        if monotonic is None:
+            monotonic = time.monotonic if clock is time.time else clock
+        self.monotonic = monotonic
+        self.clock_step = clock_step
+        # The agent's time (issue 25 item 3): wall at the anchor + monotonic time since it.
+        self._anchor: tuple[float, float] | None = None  # (wall, monotonic) at the anchor
+        self._lag = 0.0  # seconds the wall clock is behind the agent's time (a step back)
+        self._jump = 0.0  # a forward step re-anchored at this tick: missing, never measured
         self.job_shares = job_shares
         self._ledger = ActivityLedger(node, active_threshold, sm_active_threshold, activity_refresh)
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
@@ -267,7 +289,7 @@ class NodeAgent:
 
     def tick(self) -> TickResult:
         """One sampling round (see module docstring)."""
-        now = self.clock()
+        now = self._tick_time()
         result = TickResult(time=now)
         event_files = read_events(self.node_dir, self.node)
         if event_files:
@@ -284,9 +306,16 @@ class NodeAgent:
         if self._spans is None:
             self._spans = self.spool.spans()
         spans = self._adopt_orphan_bindings(self._spans)
+        if self._lag and not any(s.end is None or s.end > now for s in spans):
+            now = result.time = self._rejoin_wall(now)
         # Where each GPU's reads stand: the spool's at the first tick, then this agent's own
         # (it is the only writer), kept once committed.
         state = self._gpu_state if self._gpu_state is not None else self.spool.gpu_state()
+        if self._jump:  # a forward step: each last read, on the re-anchored clock
+            state = {
+                u: (None if r is None else r + self._jump, sample, energy)
+                for u, (r, sample, energy) in state.items()
+            }
         self._gpu_state = None  # unknown until this tick commits
         updates: dict[str, tuple[float | None, float | None, float | None]] = {}
         self._ledger.begin()
@@ -326,11 +355,104 @@ class NodeAgent:
             self._ledger.rollback()
             raise
         self._ledger.commit(heartbeat)
+        self._jump = 0.0  # committed: the states kept are on the re-anchored clock
         result.activity = self._ledger.queued
         if lost is not None:
             self._lost_reported = lost  # committed
         self._gpu_state = {**state, **updates}
         return result
+
+    # --- the agent's clock (issue 25 item 3) ---------------------------------------------
+
+    def _tick_time(self) -> float:
+        """This tick's time: the wall clock at the anchor plus the monotonic time since.
+
+        Interval lengths and order come from the monotonic clock, so a wall clock step
+        (NTP) never makes a read window negative or lets two windows of a GPU overlap.
+        The wall clock is compared every tick; one further than `clock_step` from where it
+        should be has stepped, which is logged once:
+
+        - back (it ran ahead and was corrected): the agent keeps its own time, now ahead
+          of the wall clock by `_lag`, while any job holds a GPU here, so a running job is
+          charged the time it really held (the monotonic time, which is Slurm's elapsed
+          time: slurmctld's clock did not step) and no second interval ever covers wall
+          time already written. Its intervals may end up to `_lag` after the epilog's wall
+          time; the hooks' times (span start, end) are kept as the hooks wrote them, and
+          only decide a job's edges at the tick that reads them, within one interval. Once
+          no job holds a GPU here, `_rejoin_wall` goes back on the wall clock, and each
+          GPU's intervals start again after the last one written (the wall time the clock
+          repeats is not measured: missing, on a node no job held).
+        - forward: the agent re-anchors on the wall clock, first using up any `_lag`; the
+          rest of the jump is time the agent never measured: each GPU's next window starts
+          its monotonic interval before this read, and the jump stays uncovered (missing),
+          never an interval with readings it did not take.
+        """
+        wall, mono = self.clock(), self.monotonic()
+        if self._anchor is None:
+            self._anchor = (wall, mono)
+            return wall
+        now = self._anchor[0] + (mono - self._anchor[1])
+        drift = wall - (now - self._lag)
+        if abs(drift) <= self.clock_step:
+            return now
+        at = _iso(wall)
+        if drift < 0:
+            self._lag -= drift
+            log.warning(
+                "wall clock stepped back %.1f s at %s; intervals continue on the monotonic"
+                " clock (%.1f s ahead of the wall clock while a job holds a GPU here)",
+                -drift,
+                at,
+                self._lag,
+            )
+        else:
+            caught = min(self._lag, drift)
+            self._lag = max(0.0, self._lag - caught)
+            jump = drift - caught
+            if jump > 0:
+                self._jump += jump
+                self._shift_marks(jump)
+                now += jump
+            log.warning(
+                "wall clock stepped forward %.1f s at %s; intervals continue on the monotonic"
+                " clock: %s",
+                drift,
+                at,
+                f"the {jump:.1f} s jump is missing time, never measured"
+                if jump > 0
+                else "back on the wall clock",
+            )
+        self._anchor = (now, mono)
+        return now
+
+    def _rejoin_wall(self, now: float) -> float:
+        """No job holds a GPU here: the agent's time goes back on the wall clock.
+
+        Each GPU's reads stay where they are (`gpu_state`): its windows start again once
+        the wall clock passes its last read, so nothing written is covered twice.
+        """
+        back, self._lag = self._lag, 0.0
+        assert self._anchor is not None
+        self._anchor = (self._anchor[0] - back, self._anchor[1])
+        self._shift_marks(-back)
+        self._measured_since.clear()  # the wall time repeated is not read: runs end here
+        log.warning(
+            "no job holds a GPU here: the agent's time is back on the wall clock (%.1f s"
+            " back); each GPU's intervals start again after the last one written",
+            back,
+        )
+        return now - back
+
+    def _shift_marks(self, seconds: float) -> None:
+        """Moves the instants the agent keeps by `seconds` when its clock is re-anchored.
+
+        `measured_since`, last active: as long ago as they were on the monotonic clock.
+        """
+        for uuid in self._measured_since:
+            self._measured_since[uuid] += seconds
+        for marks in (self._last_active, self._last_sm_active):
+            for key in marks:
+                marks[key] += seconds
 
     def _queue_lost(self, db: sqlite3.Connection, now: float) -> dict[str, LostGpu] | None:
         """Queues the inventory with the lost GPUs when they changed; returns what it queued."""
@@ -528,11 +650,19 @@ class NodeAgent:
         Its pieces go into `batch`, written by the tick (or here, before a seal).
         """
         last_read, last_sample, last_energy = state or (None, None, None)
+        if state is not None and last_read is not None and now <= last_read:
+            return self._written_ahead(device, state)
         continuous = last_read is not None and 0 < now - last_read <= self.max_gap
-        w0 = last_read if continuous and last_read is not None else now - self.interval
+        w0 = self._window_start(last_read, now, continuous)
         since = last_sample if continuous and last_sample is not None else w0
+        # The source stamps samples with the wall clock: `_lag` behind the agent's time.
+        since = min(since, w0 - self._lag)
         snap = self.source.snapshot(device, since)
         result.snapshots[device.uuid] = snap
+        newest = max((s.time for s in snap.samples), default=last_sample)
+        if self._lag and snap.samples:
+            lag = self._lag
+            snap = replace(snap, samples=tuple(s._replace(time=s.time + lag) for s in snap.samples))
         previous_mem = self._last_mem.pop(device.uuid, None) if continuous else None
         if snap.error is not None:
             # Nothing is known about this window: it stays uncovered (missing).
@@ -556,7 +686,6 @@ class NodeAgent:
         # shares hold it in this window: measured per process
         if self._shared and index in self._shared and any(s.shards for s in mine):
             self._read_shares(db, batch, device, snap, mine, w0, now, energy_delta, result)
-            newest = max((s.time for s in snap.samples), default=last_sample)
             return now, newest, snap.energy_joules
         self._ledger.read(device.uuid)
         pieces = split_window(
@@ -589,8 +718,32 @@ class NodeAgent:
             result.sealed += self.spool.seal_periods(db, self.node, device.uuid, before, slotted)
             next_seal = before + self.period  # what is left starts in a later period
         self._next_seal[device.uuid] = next_seal
-        newest = max((s.time for s in snap.samples), default=last_sample)
         return now, newest, snap.energy_joules
+
+    def _window_start(self, last_read: float | None, now: float, continuous: bool) -> float:
+        """Where this read's window starts: the last read, else an interval before now.
+
+        Never before the last read (after the wall clock stepped back): what is written
+        is never covered twice.
+        """
+        if continuous and last_read is not None:
+            return last_read
+        w0 = now - self.interval
+        return w0 if last_read is None else max(w0, last_read)
+
+    def _written_ahead(
+        self,
+        device: GpuDevice,
+        state: tuple[float | None, float | None, float | None],
+    ) -> tuple[float | None, float | None, float | None]:
+        """The GPU's intervals are written past now: it is not read until now passes them.
+
+        The wall clock stepped back while no agent ran (the spool's last read is ahead of
+        a new agent's time), or `_rejoin_wall` put the agent back on the wall clock.
+        """
+        for uuid in (device.uuid, *(m.uuid for m in device.mig_devices)):
+            self._measured_since.pop(uuid, None)  # no readings meanwhile: the run ends
+        return state
 
     # --- GPU slots: MIG slices and shares (issue 14) -----------------------------------
 
@@ -698,9 +851,11 @@ class NodeAgent:
         MIG mode, and an idle rule fed its empty samples would read it idle.
         """
         last_read, _, last_energy = state or (None, None, None)
+        if state is not None and last_read is not None and now <= last_read:
+            return self._written_ahead(device, state)
         continuous = last_read is not None and 0 < now - last_read <= self.max_gap
-        w0 = last_read if continuous and last_read is not None else now - self.interval
-        snap = self.source.snapshot(device, w0)
+        w0 = self._window_start(last_read, now, continuous)
+        snap = self.source.snapshot(device, w0 - self._lag)
         result.snapshots[device.uuid] = snap
         if snap.error is not None:
             # Nothing is known about this window, of the GPU or of its slices: missing.
@@ -870,7 +1025,11 @@ class NodeAgent:
         unallocated = self._unallocated(uuid, snap, mine, now)
         if unallocated:
             result.unallocated[uuid] = unallocated
-        since = max(self._proc_seen.get(uuid, w0), w0)  # this window's samples only
+        # This window's samples only, on the source's (wall) clock; a newest sample seen
+        # ahead of the window is of before a wall clock step back: not a bound.
+        floor = w0 - self._lag
+        seen = self._proc_seen.get(uuid, floor)
+        since = max(seen, floor) if seen - floor <= self.clock_step else floor
         read = self.source.process_utilization(device, since)
         if read.error is not None:
             self._proc_seen.pop(uuid, None)
