@@ -45,12 +45,16 @@ def idle(testbed: TestBed, seconds: int = 300) -> str:
 
 
 def half_idle(testbed: TestBed, seconds: int = 300) -> str:
-    """A 2-GPU job's script: its first GPU busy at 60%, its second idle."""
+    """A 2-GPU job's script: its first GPU busy at 60%, its second idle.
+
+    Each load narrows CUDA_VISIBLE_DEVICES, as a user pins a CUDA program to one GPU
+    (gpu-load, like CUDA, reads it before SLURM_JOB_GPUS).
+    """
     busy = testbed.gpu_load("--util", "60", "--seconds", str(seconds))
     return (
-        'G="$SLURM_JOB_GPUS"; '
-        f'SLURM_JOB_GPUS="${{G%%,*}}" {busy} & '
-        f'SLURM_JOB_GPUS="${{G##*,}}" {idle(testbed, seconds)}; wait'
+        'G="${CUDA_VISIBLE_DEVICES:-$SLURM_JOB_GPUS}"; '
+        f'CUDA_VISIBLE_DEVICES="${{G%%,*}}" {busy} & '
+        f'CUDA_VISIBLE_DEVICES="${{G##*,}}" {idle(testbed, seconds)}; wait'
     )
 
 
