@@ -237,6 +237,9 @@ class JobEvent:
     # `gpu_indices` (issue 14); 0: whole GPUs (or MIG slices) only.
     shards: int = 0
     shard_kind: str = ""  # "shard" or "mps" where shards > 0
+    # Slurm's state of the job where an "ended" event comes from Slurm's record, not from
+    # an epilog (NODE_FAIL, a node set DOWN: node/job_liveness.py); "" from the hooks.
+    state: str = ""
 
     @property
     def key(self) -> str:

@@ -99,16 +99,31 @@ collector_toml() {
 agent_toml() {
     local extra
     extra="ship_to = \"collector\"\ncollector_url = \"$COLLECTOR_URL\"\nmunge_socket = \"$(node_munge_socket "$1")\""
+    local slurm_conf=""
+    # In its network namespace the head is $HEAD_ADDR, not loopback: the agent's squeue and
+    # scontrol (job_check_interval, shares) read slurm-netns.conf.
+    if agent_in_netns "$1"; then slurm_conf="$STATE/etc/slurm-netns.conf"; fi
     # The AdminComment is the collector's to write: an agent reads no store.
-    awk -v extra="$extra" '/^url = / { next }
+    awk -v extra="$extra" -v slurm_conf="$slurm_conf" '/^url = / { next }
         /^write_admin_comment = / { print "write_admin_comment = false"; next }
+        /^conf = / && slurm_conf != "" { print "conf = \"" slurm_conf "\""; next }
         { print } /^\[node\]$/ { print extra }'
+}
+
+# agent_slurm_conf NODE: the slurm.conf NODE's agent runs Slurm's commands with.
+agent_slurm_conf() {
+    # shellcheck disable=SC2153 # lib.sh sets SLURM_CONF
+    if agent_in_netns "$1"; then echo "$STATE/etc/slurm-netns.conf"; else echo "$SLURM_CONF"; fi
 }
 
 # render_agent_configs: etc/slurm-gpu-agent-<node>.toml (collector on).
 render_agent_configs() {
     collector_on || return 0
     local n
+    # slurm.conf as a namespaced node sees the head: slurmctld listens on every address.
+    sed "s|^SlurmctldHost=\(.*\)($CTLD_ADDR)\$|SlurmctldHost=\1($HEAD_ADDR)|" "$STATE/etc/slurm.conf" |
+        write_if_changed "$STATE/etc/slurm-netns.conf"
+    chmod 644 "$STATE/etc/slurm-netns.conf"
     for n in $NODES; do
         render slurm-gpu.toml.in | shapes_toml | agent_toml "$n" |
             write_if_changed "$STATE/etc/slurm-gpu-agent-$n.toml"

@@ -207,6 +207,16 @@ class NodeSettings:
             above=0,
         ),
     )
+    job_check_interval: Duration = field(
+        default=Duration(60.0),
+        metadata=doc(
+            "How often the agent asks Slurm (one squeue of the jobs bound here, only while"
+            " jobs are) whether they still hold their GPUs, to close the runs of jobs that"
+            " ended without an epilog (NODE_FAIL, slurmd killed, node set DOWN) at Slurm's"
+            ' end; "0" never asks (only epilogs end runs).',
+            minimum=0,
+        ),
+    )
     munge_socket: str = field(
         default="",
         metadata=doc(

@@ -62,9 +62,11 @@ from slurm_gpu.node.hookfiles import (
     UNKNOWN_INDEX,
     BindingFile,
     EventFile,
+    drop_bindings,
     read_binding_files,
     read_events,
 )
+from slurm_gpu.node.job_liveness import JobLiveness, OpenRun
 from slurm_gpu.node.outbox import device_fields, fields_of
 from slurm_gpu.node.ship_less import ActivityLedger
 from slurm_gpu.node.spool import PieceBatch, Spool
@@ -181,6 +183,9 @@ class NodeAgent:
         activity_refresh: the longest a running job's unchanged activity row goes
             unshipped, seconds ([node] activity_refresh); each tick's heartbeat vouches
             for it in between.
+        liveness: asks Slurm whether the open runs' jobs still hold their GPUs here, and
+            closes those Slurm ended without an epilog (node/job_liveness.py). None:
+            only epilogs end runs.
     """
 
     def __init__(
@@ -204,6 +209,7 @@ class NodeAgent:
         activity_refresh: float = 300.0,
         monotonic: Callable[[], float] | None = None,
         clock_step: float = 2.0,
+        liveness: JobLiveness | None = None,
     ) -> None:
         self.node = node
         self.node_dir = node_dir
@@ -224,6 +230,7 @@ class NodeAgent:
         self._lag = 0.0  # seconds the wall clock is behind the agent's time (a step back)
         self._jump = 0.0  # a forward step re-anchored at this tick: missing, never measured
         self.job_shares = job_shares
+        self.liveness = liveness
         self._ledger = ActivityLedger(node, active_threshold, sm_active_threshold, activity_refresh)
         self._sluid_jobs: dict[str, int] = {}  # SLUID -> job id, of the jobs bound here
         self.pid_job = pid_job or (lambda pid: job_of_pid(pid, sluids=self._sluid_jobs))
@@ -306,6 +313,8 @@ class NodeAgent:
         if self._spans is None:
             self._spans = self.spool.spans()
         spans = self._adopt_orphan_bindings(self._spans)
+        if self.liveness is not None:
+            spans = self._close_runs_slurm_ended(spans)
         if self._lag and not any(s.end is None or s.end > now for s in spans):
             now = result.time = self._rejoin_wall(now)
         # Where each GPU's reads stand: the spool's at the first tick, then this agent's own
@@ -504,6 +513,64 @@ class NodeAgent:
         finally:
             self._spans = None  # re-read next tick, in the spool's order
         return spans + adopted
+
+    def _close_runs_slurm_ended(self, spans: list[JobSpan]) -> list[JobSpan]:
+        """Closes, as their epilog would, the open runs whose job Slurm ended here.
+
+        Returns the spans as they stand after (job_liveness.py).
+        """
+        assert self.liveness is not None
+        runs: dict[tuple[int, int], OpenRun] = {}
+        for span in spans:
+            if span.end is None:
+                known = runs.get(span.run)
+                start = span.start if known is None else min(known.start, span.start)
+                runs[span.run] = OpenRun(span.job_id, span.restart, start)
+        if not runs:
+            return spans
+        ended = self.liveness.ended_runs(runs.values(), self.clock(), self._last_read_of(spans))
+        if not ended:
+            return spans
+        owner = {s.run: s for s in spans}
+        events = [
+            JobEvent(
+                node=self.node,
+                job_id=run.job_id,
+                kind=JobEventKind.ENDED,
+                time=run.end,
+                user=owner[(run.job_id, run.restart)].user,
+                account=owner[(run.job_id, run.restart)].account,
+                partition=owner[(run.job_id, run.restart)].partition,
+                restart=run.restart,
+                state=run.state,
+            )
+            for run in ended
+        ]
+        try:
+            with self.spool.transaction() as db:
+                for event in events:
+                    self.spool.apply_event(db, event)
+        finally:
+            self._spans = None
+        for run in ended:  # else the next tick adopts them again as a run
+            drop_bindings(self.node_dir, run.job_id)
+        self._spans = self.spool.spans()
+        return self._spans
+
+    def _last_read_of(self, spans: list[JobSpan]) -> Callable[[int], float | None]:
+        """job id -> the latest reading here of a GPU it holds (the spool's, at start)."""
+        state = self._gpu_state if self._gpu_state is not None else self.spool.gpu_state()
+
+        def last_read(job_id: int) -> float | None:
+            reads = [
+                state.get(self.index_uuid.get(s.slurm_index, ""), (None, None, None))[0]
+                for s in spans
+                if s.job_id == job_id
+            ]
+            known = [r for r in reads if r is not None]
+            return max(known) if known else None
+
+        return last_read
 
     # --- GPUs named by UUID (gres.conf Flags=env_uuid) -------------------------------
 

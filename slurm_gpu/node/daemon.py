@@ -17,12 +17,14 @@ from slurm_gpu.munge import Libmunge
 from slurm_gpu.node.agent import NodeAgent
 from slurm_gpu.node.collector_sink import CollectorSink
 from slurm_gpu.node.exporter import NodeMetrics
+from slurm_gpu.node.job_liveness import JobLiveness
 from slurm_gpu.node.outbox import device_fields
 from slurm_gpu.node.shipper import BatchSink, Shipper, StoreSink
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.slurm.admin_comment import write_job_summary
 from slurm_gpu.slurm.gres import load_gres_node
 from slurm_gpu.slurm.mig_minors import MigMinors, load_mig_minors
+from slurm_gpu.slurm.node_jobs import ask_node_jobs
 from slurm_gpu.slurm.runner import CommandRunner
 from slurm_gpu.slurm.scontrol import job_node_shares
 from slurm_gpu.store import Store
@@ -57,7 +59,8 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
     """A NodeAgent wired to NVML, the node's spool, its gres.conf and its mig-minors.
 
     With `slurm`, the agent asks `scontrol -d show job` for the shares (gres/shard,
-    gres/mps) a job holds on this node, which the prolog cannot tell.
+    gres/mps) a job holds on this node, which the prolog cannot tell, and squeue whether
+    the jobs bound here still run ([node] job_check_interval, node/job_liveness.py).
     """
 
     def job_shares(job_id: int) -> tuple[str, int] | None:
@@ -67,6 +70,10 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
 
     node_dir = Path(config.node.state_dir) / node
     interval = float(config.node.interval)
+    check = float(config.node.job_check_interval)
+    liveness = None
+    if slurm is not None and check > 0:
+        liveness = JobLiveness(lambda ids: ask_node_jobs(slurm, ids, node), check)
     return NodeAgent(
         node=node,
         node_dir=node_dir,
@@ -81,6 +88,7 @@ def build_agent(config: Config, node: str, slurm: CommandRunner | None = None) -
         mig_minors=node_mig_minors(config),
         job_shares=job_shares if slurm is not None else None,
         activity_refresh=float(config.node.activity_refresh),
+        liveness=liveness,
     )
 
 

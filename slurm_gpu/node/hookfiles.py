@@ -287,6 +287,12 @@ def read_binding_files(node_dir: Path, grace_seconds: float = 60.0) -> list[Bind
     return found
 
 
+def drop_bindings(node_dir: Path, job_id: int) -> None:
+    """Removes `bindings/<job_id>.*`, as the epilog does (a job that ended without one)."""
+    for path in (node_dir / "bindings").glob(f"{int(job_id)}.*"):
+        path.unlink(missing_ok=True)
+
+
 def _handle_bad(path: Path, exc: Exception, grace_seconds: float) -> None:
     try:
         age = time.time() - path.stat().st_mtime

@@ -708,6 +708,8 @@ class Spool:
             del payload["sluid"]
         if not event.shards and not event.shard_kind:
             del payload["shards"], payload["shard_kind"]  # likewise, without shares
+        if not event.state:
+            del payload["state"]  # likewise, for an epilog's event
         db.execute(
             "INSERT OR IGNORE INTO outbox (kind, key, payload) VALUES ('event', ?, ?)",
             (event.key, encode(payload)),

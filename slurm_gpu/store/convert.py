@@ -271,7 +271,9 @@ def merge_job_event(existing: Mapping[Any, Any] | None, event: JobEvent) -> Row:
     nodes.add(event.node)
     row["nodes"] = ",".join(sorted(nodes))
     if row["state"] is None or row["state"] in HOOK_STATES:
-        if row["end_time"] is None:
+        if event.kind is JobEventKind.ENDED and event.state:
+            row["state"] = event.state  # Slurm's word, where the agent asked it (NODE_FAIL)
+        elif row["end_time"] is None:
             row["state"] = "RUNNING"
         else:
             row["state"] = "COMPLETED" if row["exit_code"] in (0, None) else "FAILED"
