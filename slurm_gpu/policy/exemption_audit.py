@@ -3,8 +3,8 @@
 `slurm-gpu exempt` writes the row of a granted exemption itself (`ControlStore.add_exemption`);
 the controller adds, through the verdicts built here, a SKIP row when a job policy would
 have warned, noticed, cancelled or capped a job but for an exemption (once per stretch,
-as `_news` dedupes it), and an EXPIRE row once for each exemption that ended. Pure
-functions of the cycle's inputs: the controller reads the store.
+as `audit_history.news` dedupes it), and an EXPIRE row once for each exemption that ended.
+Pure functions of the cycle's inputs: the controller reads the store.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ from slurm_gpu.config import Config
 from slurm_gpu.durations import Duration
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.models import GpuActivity, GpuInterval, SlurmJob
-from slurm_gpu.policy.controller import LEASE, Controller
+from slurm_gpu.policy.controller import Controller
+from slurm_gpu.policy.lease import LEASE
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
 from slurm_gpu.testing import FakeSlurmClient
