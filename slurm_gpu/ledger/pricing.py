@@ -104,6 +104,21 @@ class Charge(NamedTuple):
     idle_cost: Any
 
 
+def charged_sums(cost: CostSettings) -> tuple[str, ...]:
+    """The sums `charge` reads under this [cost] (its unit and charge), no other."""
+    units, unused = UNIT_SUMS[cost.unit]
+    idle = (IDLE_UNIT_SUMS[cost.unit],) if cost.unit in IDLE_UNIT_SUMS else ()
+    return tuple(
+        dict.fromkeys(
+            (
+                units,
+                *((unused,) if cost.charge == "effective" else ()),
+                *(idle or ("gpu_seconds", "active_seconds", "missing_seconds")),
+            )
+        )
+    )
+
+
 def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
     """The charge of sums (rows or groups) at `price` per unit of [cost] unit.
 

@@ -215,10 +215,11 @@ def grouped(
     column = {n: i for i, n in enumerate(names)}
     histogram = list(WAIT_HISTOGRAMS[weight])
     exact = _exact(members.assign(_key=members[key].astype(str)))
-    values = sums[key].astype(str).to_numpy(dtype=object)
+    found, values = pd.factorize(sums[key].astype(str).to_numpy(dtype=object))
     keys = sorted(set(values) | set(exact))
     index = {k: i for i, k in enumerate(keys)}
-    codes = np.array([index[v] for v in values], dtype=np.intp)
+    # Each row's key's place in `keys`: mapped once per distinct key, not per row.
+    codes = np.array([index[v] for v in values], dtype=np.intp)[found]
     if matrix is None:
         matrix = _matrix(sums, [*names, *histogram])
     summed = _sum_by(codes, matrix, len(keys))
@@ -276,6 +277,14 @@ def summed_columns(weight: str) -> list[str]:
         f"{weight}_wait_seconds",
         *WAIT_HISTOGRAMS[weight],
     ]
+
+
+def jobs_matrix(frame: pd.DataFrame) -> np.ndarray:
+    """The `matrix` that `grouped` (weight "jobs") and `figures_of` take, of `frame`'s rows.
+
+    Built once for a frame, its rows can be taken for any subset of the frame's rows.
+    """
+    return _matrix(frame, summed_columns("jobs"))
 
 
 def _matrix(frame: pd.DataFrame, names: Sequence[str]) -> np.ndarray:

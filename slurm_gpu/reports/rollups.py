@@ -41,7 +41,7 @@ import pandas as pd
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config.reports import CostSettings
-from slurm_gpu.ledger import periods
+from slurm_gpu.ledger import periods, pricing
 from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
     Unsummarized,
@@ -422,8 +422,10 @@ def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.D
 
     Of the `job_usage` rows of jobs that ended before `before`, summed by the database
     (the exporter's settled counters); active seconds clipped as the reports clip them.
+    Only the sums returned and those the ledger's charge reads under `cost` are summed.
     """
-    figures = USAGE_SUMS  # every sum the ledger's charge may read, under any [cost]
+    charged = pricing.charged_sums(cost) if cost is not None else ()
+    figures = tuple(dict.fromkeys(("gpu_seconds", "active_seconds", *charged)))
     rows = rollup_reads.settled_usage(store, before, figures)
     names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
     frame = priced(models_filled(pd.DataFrame(rows, columns=names), store), cost)
