@@ -23,7 +23,8 @@ from slurm_gpu.cli.sacct import (
 from slurm_gpu.delivery import Mailing, OutboxTransport, SmtpTransport, Transport, deliver
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.reports import rollups
-from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
+from slurm_gpu.reports.monthly import MonthlyReport, build_monthly_with_tables, write_monthly
+from slurm_gpu.reports.monthly_tables import Tables
 from slurm_gpu.reports.render import json_record, parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.statements import build_statements, empty_note, write_statements
@@ -296,7 +297,7 @@ def monthly_command(
         out = Path(env.config.reports.monthly_dir) / month
     if deliver:
         transport = _transport(app, outbox)
-    report = build_monthly(env, month, waste_top=top)
+    report, tables = build_monthly_with_tables(env, month, waste_top=top)
     empty = empty_note(report)
     if empty is not None:
         report.notes.insert(0, empty)
@@ -309,7 +310,7 @@ def monthly_command(
     if empty is not None:
         click.echo(empty)
     if deliver:
-        _deliver(app, report, files, out, transport, resend)
+        _deliver(app, report, tables, files, out, transport, resend)
     echo_warnings(env)
 
 
@@ -330,12 +331,16 @@ def _transport(app: App, outbox: Path | None) -> Transport:
 def _deliver(
     app: App,
     report: MonthlyReport,
+    tables: Tables,
     files: list[Path],
     out: Path,
     transport: Transport,
     resend: bool,
 ) -> None:
-    """Statements for every coordinated account, then the mails; exit 1 if one failed."""
+    """Statements for every coordinated account, then the mails; exit 1 if one failed.
+
+    The statements are parts of `tables`, the rows the report was built from (read once).
+    """
     notify = app.config.notify
     try:
         coordinators = app.slurm.coordinators()
@@ -344,9 +349,7 @@ def _deliver(
     mailing = Mailing(notify.admin_emails, coordinators, notify.user_email_domain,
                       notify.smtp_from)  # fmt: skip
     stated = sorted({*mailing.statement_accounts(), *(a["key"] for a in report.accounts)})
-    statements = build_statements(
-        app.report_env, report.month, stated, report.actions, owner=_account_of(app)
-    )
+    statements = build_statements(report, tables, stated, owner=_account_of(app))
     try:
         written = write_statements(statements, out / "statements")
     except OSError as exc:

@@ -28,7 +28,7 @@ from slurm_gpu.reports import efficiency as gpm
 from slurm_gpu.reports.monthly_model import MonthlyReport as MonthlyReport
 from slurm_gpu.reports.monthly_page import render_page
 from slurm_gpu.reports.monthly_tables import AccountPart as AccountPart
-from slurm_gpu.reports.monthly_tables import month_tables
+from slurm_gpu.reports.monthly_tables import Tables, month_tables
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.usage import JobFilter, Usage
 from slurm_gpu.store import queries
@@ -63,6 +63,23 @@ def build_monthly(
         month: YYYY-MM (local time).
         waste_top: jobs listed under "top wasteful jobs".
         filters: -u/-A/-r (default: every visible job).
+    """
+    report, _ = build_monthly_with_tables(env, month, waste_top=waste_top, filters=filters)
+    return report
+
+
+def build_monthly_with_tables(
+    env: ReportEnv,
+    month: str,
+    *,
+    waste_top: int = 20,
+    filters: JobFilter | None = None,
+) -> tuple[MonthlyReport, Tables]:
+    """`build_monthly`, and the tables the report was made of.
+
+    `report monthly --deliver` builds the account statements from these tables
+    (reports/statements.py `build_statements`): the month's rows are read and summed
+    once, and each statement is its account's part of the report's rows.
     """
     selection = filters or JobFilter()
     since, until = month_bounds(month, env.tz)
@@ -136,7 +153,7 @@ def build_monthly(
             f"Only the jobs you may see ({env.scope.describe()}); cluster capacity, "
             "occupancy and node totals need an admin."
         )
-    return report
+    return report, tables
 
 
 def _days(since: float, until: float, tz: dt.tzinfo | None) -> tuple[list[str], list[float]]:

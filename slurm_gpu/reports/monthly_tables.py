@@ -10,11 +10,13 @@ equals its account's row of the report mailed beside it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from slurm_gpu.reports import efficiency as gpm
@@ -51,6 +53,7 @@ class Tables:
     slots: list[dict[str, Any]]
     jobs_of: Callable[[Sequence[int]], Usage]
     statement_of: Callable[[str], AccountPart]
+    filters: JobFilter
 
 
 @dataclass
@@ -85,7 +88,8 @@ def month_tables(
     month = monthly_rows.month_rows(env, since, until, filters, UTIL_BINS)
     sums, members = month.sums, month.members
     held = env.config.cost.charge == "effective"
-    total = _without_physical(grouped.figures_of(sums, members, held))
+    matrix = grouped.jobs_matrix(sums)  # the sums as floats once: total, groups, statements
+    total = _without_physical(grouped.figures_of(sums, members, held, matrix=matrix))
     spread = sums[["node", "start_time", "end_time"]] if len(sums) else pd.DataFrame()
     full = sums["full_seconds"] if len(sums) else pd.Series(dtype=float)
     slots: list[dict[str, Any]] = []
@@ -102,8 +106,8 @@ def month_tables(
         total=total,
         accounts_seen=int(sums["account"].nunique()) if len(sums) else 0,
         idle_cost=float(sums["idle_cost"].sum()) if len(sums) else 0.0,
-        accounts=_groups(sums, members, "account", held),
-        users=_groups(sums, members, "user", held),
+        accounts=_groups(sums, members, "account", held, matrix),
+        users=_groups(sums, members, "user", held, matrix),
         utilization=_utilization(month.bins, sums),
         idle=_idle(sums),
         waste_jobs=_waste_jobs(sums, members, waste_top, env, filters, held),
@@ -111,35 +115,104 @@ def month_tables(
         efficiency_note=gpm.unmeasured_note(sums, total),
         slots=slots,
         jobs_of=lambda ids: monthly_rows.job_facts(env, ids, filters, since, until),
-        statement_of=lambda account: _statement(sums, members, account, held),
+        statement_of=_statements(sums, members, held, matrix),
+        filters=filters,
     )
 
 
-def _statement(sums: pd.DataFrame, members: pd.DataFrame, account: str, held: bool) -> AccountPart:
-    """`Tables.statement_of` from the month's sums rows."""
-    part = sums[sums["account"].astype(str) == account] if len(sums) else sums
-    counted = members[members["account"].astype(str) == account] if len(members) else members
-    total = _without_physical(grouped.figures_of(part, counted, held))
-    if not len(part):
-        return AccountPart([], total, 0.0)
-    users = _groups(part, counted, "user", held)
-    return AccountPart(users, total, float(part["idle_cost"].sum()))
+def _statements(
+    sums: pd.DataFrame, members: pd.DataFrame, held: bool, matrix: np.ndarray
+) -> Callable[[str], AccountPart]:
+    """`Tables.statement_of` from the month's sums rows (`matrix`: `grouped.jobs_matrix`).
+
+    An account's part is its rows, in the order of the month's. Its users are the
+    `users` table's groups of its rows alone: grouped once for every account, by account
+    and user (each group sums the same rows in the same order as the account's rows
+    grouped by user would). Its total is the figures of its rows. Nothing is grouped
+    before the first statement (a report mailed without statements pays nothing).
+    """
+    owners = sums[["user", "account", "idle_cost"]] if len(sums) else sums
+    no_rows = np.zeros(0, dtype=np.intp)
+
+    @functools.cache
+    def prepared() -> tuple[
+        dict[str, np.ndarray], dict[str, np.ndarray], dict[str, list[dict[str, Any]]]
+    ]:
+        """Each account's rows, counted rows and users."""
+        users_of: dict[str, list[dict[str, Any]]] = {}
+        by_pair = _groups(
+            owners.assign(account_user=_account_user(owners)) if len(sums) else sums,
+            members.assign(account_user=_account_user(members) if len(members) else []),
+            "account_user",
+            held,
+            matrix,
+        )
+        for record in by_pair:
+            account, user = str(record.pop("key")).split(_SEPARATOR, 1)
+            idle_cost = record.pop("idle_cost")
+            users_of.setdefault(account, []).append(
+                {"key": user, **record, "account": account, "idle_cost": idle_cost}
+            )
+        return _positions_by_account(sums), _positions_by_account(members), users_of
+
+    def statement_of(account: str) -> AccountPart:
+        rows, counted_rows, users_of = prepared()
+        taken = rows.get(account, no_rows)
+        part = owners.take(taken) if len(sums) else sums
+        counted = members.take(counted_rows.get(account, no_rows)) if len(members) else members
+        # The part's rows of `matrix` laid out as `grouped.jobs_matrix(part)` lays them
+        # (by column), so that numpy sums each column of the part as it would that one's.
+        part_matrix = np.asfortranarray(matrix[taken]) if len(sums) else None
+        total = _without_physical(grouped.figures_of(part, counted, held, matrix=part_matrix))
+        if not len(part):
+            return AccountPart([], total, 0.0)
+        return AccountPart(users_of.get(account, []), total, float(part["idle_cost"].sum()))
+
+    return statement_of
+
+
+_SEPARATOR = "\x1f"  # between an account and a user (ASCII unit separator): in no Slurm name
+
+
+def _account_user(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's account and user, as one text."""
+    accounts = frame["account"].astype(str).to_numpy(dtype=object)
+    users = frame["user"].astype(str).to_numpy(dtype=object)
+    joined: np.ndarray = accounts + _SEPARATOR + users
+    return joined
+
+
+def _positions_by_account(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The positions of each account's rows in `frame`, in frame order."""
+    if not len(frame):
+        return {}
+    names = frame["account"].astype(str).to_numpy()
+    indices = frame.groupby(names, sort=False).indices
+    return {str(k): np.asarray(v, dtype=np.intp) for k, v in indices.items()}
 
 
 def _groups(
-    sums: pd.DataFrame, members: pd.DataFrame, key: str, held: bool
+    sums: pd.DataFrame,
+    members: pd.DataFrame,
+    key: str,
+    held: bool,
+    matrix: np.ndarray | None = None,
 ) -> list[dict[str, Any]]:
-    """`report accounts/users` figures per group, most GPU-hours first, with idle cost."""
+    """`report accounts/users` figures per group, most GPU-hours first, with idle cost.
+
+    `matrix`: `grouped.jobs_matrix(sums)`, where the caller has it.
+    """
     if not len(sums):
         return []
     names = sums[key].astype(str)
     idle_cost = sums["idle_cost"].groupby(names.to_numpy()).sum()
     accounts: dict[str, set[str]] = {}
     if key == "user":
-        for user, account in set(zip(names, sums["account"].astype(str), strict=True)):
+        pairs = pd.DataFrame({"user": names.to_numpy(), "account": sums["account"].astype(str)})
+        for user, account in pairs.drop_duplicates().itertuples(index=False, name=None):
             accounts.setdefault(user, set()).add(account)
     out = []
-    for value, figures in grouped.grouped(sums, members, key, held, "jobs"):
+    for value, figures in grouped.grouped(sums, members, key, held, "jobs", matrix=matrix):
         record = {"key": str(value), **(figures if key == "slot" else _without_physical(figures))}
         if key == "user":
             record["account"] = ",".join(sorted(accounts.get(str(value), set())))

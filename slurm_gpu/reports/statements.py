@@ -2,11 +2,14 @@
 
 A statement is one account's month: its users, their GPU-hours, idle GPU-hours, cost and
 idle cost, and what the controller did on the account's jobs (the audit log's enforced
-entries, as the monthly report lists them). It is built from that account's jobs alone
-(`JobFilter(accounts=...)`, prorated to the month like every report), so a user who
-works in two accounts shows in each statement with that account's part only, and a
-statement never names another account's users. A month without usage still has a
-statement (and a report) that says so.
+entries, as the monthly report lists them). It is built from that account's rows alone
+(prorated to the month like every report), so a user who works in two accounts shows
+in each statement with that account's part only, and a statement never names another
+account's users. A month without usage still has a
+statement (and a report) that says so. The statements are parts of the tables the
+monthly report mailed beside them was built from (`build_monthly_with_tables`): the
+month's rows are read and summed once, and each statement's total is its account's row
+of that report.
 """
 
 from __future__ import annotations
@@ -20,9 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from slurm_gpu.reports.monthly import MonthlyReport, month_bounds
-from slurm_gpu.reports.monthly_tables import month_tables
-from slurm_gpu.reports.service import ReportEnv
+from slurm_gpu.reports.monthly import MonthlyReport
+from slurm_gpu.reports.monthly_tables import Tables
 from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.units import is_known
 
@@ -82,29 +84,37 @@ def _record(key: str, figures: Mapping[str, Any], idle_cost: float) -> dict[str,
 
 
 def build_statements(
-    env: ReportEnv,
-    month: str,
+    report: MonthlyReport,
+    tables: Tables,
     accounts: Iterable[str],
-    actions: Sequence[Mapping[str, Any]],
+    actions: Sequence[Mapping[str, Any]] | None = None,
     owner: Callable[[int], str | None] = lambda _job_id: None,
 ) -> dict[str, Statement]:
-    """The statements of `accounts` for `month`.
+    """The statements of `accounts` for the month of `report`.
+
+    Each is its account's part of the rows the report was made of (`tables`, from
+    `build_monthly_with_tables`): its total is its account's row of the report, read and
+    summed once for the report and every statement.
 
     Args:
-        env: the report environment (its scope must see the accounts' jobs: an admin's).
-        month: YYYY-MM (local time).
+        report: the monthly report mailed beside the statements (an admin's: its scope
+            must see the accounts' jobs).
+        tables: the tables `report` was built from.
         accounts: the accounts to state (one without usage gets an empty statement).
-        actions: the month's controller actions (`MonthlyReport.actions`).
+        actions: the month's controller actions (default: `report.actions`).
         owner: the account of a job, for an action that was audited without one.
+
+    Raises:
+        ValueError: `tables` are not `report`'s, or were selected by -u/-A/-r (a
+            statement is its account's whole month).
     """
-    wanted = sorted(set(accounts))
-    since, until = month_bounds(month, env.tz)
-    # The tables the monthly report is made of (the same road, the same rows): each
-    # statement's total is its account's row of the report mailed beside it.
-    tables = month_tables(env, since, until, JobFilter(accounts=tuple(wanted)), waste_top=0)
-    cost = env.config.cost
+    if tables.accounts is not report.accounts:
+        raise ValueError("the statements take the tables their monthly report was built from")
+    if tables.filters != JobFilter():
+        raise ValueError("a statement is an account's whole month: a report of every job")
+    acted = _actions_by_account(report.actions if actions is None else actions, owner)
     out = {}
-    for account in wanted:
+    for account in sorted(set(accounts)):
         part = tables.statement_of(account)
         users = [_record(str(r["key"]), r, float(r["idle_cost"])) for r in part.users]
         total: dict[str, Any] = {k: None for k in USER_COLUMNS if k != "user"}
@@ -114,33 +124,40 @@ def build_statements(
             del total["user"]
         users.sort(key=lambda r: (-(r["gpu_hours"] or 0.0), r["user"]))
         out[account] = Statement(
-            month=month,
+            month=report.month,
             account=account,
-            cluster=env.config.cluster.name,
-            currency=cost.currency,
-            unit=cost.unit,
-            charge=cost.charge,
-            since=since,
-            until=until,
+            cluster=report.cluster,
+            currency=report.currency,
+            unit=report.unit,
+            charge=report.charge,
+            since=report.since,
+            until=report.until,
             users=users,
             total=total,
-            actions=_actions_of(account, actions, owner),
+            actions=acted.get(account, []),
         )
     return out
 
 
-def _actions_of(
-    account: str, actions: Sequence[Mapping[str, Any]], owner: Callable[[int], str | None]
-) -> list[dict[str, Any]]:
-    """The actions on `account`'s jobs (or on the account itself), in time order."""
-    out = []
+def _actions_by_account(
+    actions: Sequence[Mapping[str, Any]], owner: Callable[[int], str | None]
+) -> dict[str, list[dict[str, Any]]]:
+    """The actions on each account's jobs (or on the account itself), in time order.
+
+    An action audited without an account is its job's account's (`owner`, asked once a job).
+    """
+    owners: dict[int, str] = {}
+    out: dict[str, list[dict[str, Any]]] = {}
     for a in actions:
         of = a.get("account") or ""
         if not of and a.get("job_id") is not None:
-            of = owner(int(a["job_id"])) or ""
-        if of == account:
-            out.append({k: a.get(k) for k in ACTION_COLUMNS})
-    out.sort(key=lambda r: float(r["time"] or 0.0))
+            job_id = int(a["job_id"])
+            if job_id not in owners:
+                owners[job_id] = owner(job_id) or ""
+            of = owners[job_id]
+        out.setdefault(of, []).append({k: a.get(k) for k in ACTION_COLUMNS})
+    for part in out.values():
+        part.sort(key=lambda r: float(r["time"] or 0.0))
     return out
 
 

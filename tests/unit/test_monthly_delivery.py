@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from slurm_gpu.access import Caller, Scope
+from slurm_gpu.app import App
 from slurm_gpu.cli.context import AppContext
 from slurm_gpu.cli.main import cli
 from slurm_gpu.config import Config
@@ -28,7 +29,11 @@ from slurm_gpu.config.core import ClusterSettings
 from slurm_gpu.config.reports import CostSettings
 from slurm_gpu.delivery import Mailing, OutboxTransport, deliver
 from slurm_gpu.models import Action, JobGpuSummary, Verdict
-from slurm_gpu.reports.monthly import MonthlyReport, build_monthly, write_monthly
+from slurm_gpu.reports.monthly import (
+    MonthlyReport,
+    build_monthly_with_tables,
+    write_monthly,
+)
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.statements import (
     USER_COLUMNS,
@@ -38,8 +43,9 @@ from slurm_gpu.reports.statements import (
     statement_files,
     statement_text,
 )
+from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.store import Store
-from slurm_gpu.testing import FixedClock
+from slurm_gpu.testing import FakeSlurmClient, FixedClock
 from tests.usage_sources import as_source
 
 UTC = dt.UTC
@@ -113,9 +119,8 @@ def owner(store: Store) -> Callable[[int], str | None]:
 
 
 def statements(store: Store, month: str = "2026-11") -> dict[str, Statement]:
-    e = env(store)
-    report = build_monthly(e, month)
-    return build_statements(e, month, COORDINATORS, report.actions, owner=owner(store))
+    report, tables = build_monthly_with_tables(env(store), month)
+    return build_statements(report, tables, COORDINATORS, owner=owner(store))
 
 
 def read_mails(folder: Path) -> dict[str, EmailMessage]:
@@ -195,12 +200,12 @@ def run_delivery(
     domain: str = "example.org",
 ) -> tuple[list[str], MonthlyReport]:  # fmt: skip
     e = env(store)
-    report = build_monthly(e, month)
+    report, tables = build_monthly_with_tables(e, month)
     note = empty_note(report)
     if note:
         report.notes.insert(0, note)
     files = write_monthly(report, tmp_path / "reports" / month)
-    stated = build_statements(e, month, COORDINATORS, report.actions, owner=owner(store))
+    stated = build_statements(report, tables, COORDINATORS, owner=owner(store))
     mailing = Mailing(["admin@example.org"], COORDINATORS, domain, "slurm-gpu@example.org")
     outcomes = deliver(report, files, stated, mailing, store.deliveries,
                        OutboxTransport(tmp_path / "outbox"), resend=resend,
@@ -341,10 +346,9 @@ def test_only_admins_deliver(store: Store, tmp_path: Path) -> None:
 
 def test_a_long_list_of_actions_is_cut_in_the_text_and_whole_in_the_csv(store: Store) -> None:
     """A busy month: the text lists the first 30 actions and says how many more the CSV has."""
-    e = env(store)
-    report = build_monthly(e, "2026-11")
+    report, tables = build_monthly_with_tables(env(store), "2026-11")
     many = [{**report.actions[0], "time": NOV + i, "job_id": 2} for i in range(45)]
-    (bio,) = build_statements(e, "2026-11", ["bio"], many).values()
+    (bio,) = build_statements(report, tables, ["bio"], many).values()
     text = statement_text(bio)
     assert 30 == text.count("cancellation: idle_gpu cancel job 2")
     assert "  ... 15 more in the controller-actions CSV." in text
@@ -398,8 +402,8 @@ def test_each_statement_total_is_its_accounts_row_of_the_report(
         prices={"a100": 2.0, "h100": 3.7}, unit=cast(Any, unit), charge=cast(Any, charge)
     )
     e = dataclasses.replace(env(store), config=dataclasses.replace(env(store).config, cost=cost))
-    report = build_monthly(e, "2026-11")
-    mailed = build_statements(e, "2026-11", ("physics", "bio"), report.actions)
+    report, tables = build_monthly_with_tables(e, "2026-11")
+    mailed = build_statements(report, tables, ("physics", "bio"))
     figures = [k for k in USER_COLUMNS if k != "user"]
     for row in report.accounts:
         stated = mailed[str(row["key"])]
@@ -407,3 +411,35 @@ def test_each_statement_total_is_its_accounts_row_of_the_report(
         assert {
             r["key"]: r["gpu_hours"] for r in report.users if row["key"] in r["account"]
         }.keys() >= {u["user"] for u in stated.users}
+
+
+def test_statements_take_only_their_reports_whole_tables(store: Store) -> None:
+    """The tables of another report, or of a report selected by -A, make no statement."""
+    report, _ = build_monthly_with_tables(env(store), "2026-11")
+    other, other_tables = build_monthly_with_tables(env(store), "2026-11")
+    with pytest.raises(ValueError, match="tables their monthly report was built from"):
+        build_statements(report, other_tables, ["bio"])
+    selected = JobFilter(accounts=("physics",))
+    physics = build_monthly_with_tables(env(store), "2026-11", filters=selected)
+    with pytest.raises(ValueError, match="whole month"):
+        build_statements(*physics, ["physics"])
+    assert build_statements(other, other_tables, ["bio"])["bio"].total["jobs"] == 2
+
+
+def test_the_command_delivers_statements_of_the_reports_rows(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`report monthly --deliver`: the statements it writes are those of its report's tables."""
+    slurm = FakeSlurmClient(coordinators=COORDINATORS)
+    monkeypatch.setattr(App, "slurm", property(lambda _app: slurm))
+    out = tmp_path / "reports" / "2026-11"
+    result = run_cli(tmp_path, store, "--month", "2026-11", "--deliver", "--outbox",
+                     str(tmp_path / "outbox"))  # fmt: skip
+    assert 0 == result.exit_code, result.output
+    written = {p.name: p.read_bytes().decode() for p in (out / "statements").iterdir()}
+    as_cli = dataclasses.replace(env(store), config=Config(cluster=ClusterSettings(name="c")))
+    report, tables = build_monthly_with_tables(as_cli, "2026-11")
+    expected = build_statements(report, tables, COORDINATORS, owner=owner(store))
+    assert 10.0 == sum(s.total["gpu_hours"] for s in expected.values())
+    wanted = {n: t for s in expected.values() for n, t in statement_files(s).items()}
+    assert wanted == written
