@@ -152,7 +152,7 @@ def test_requeued_job_view_says_one_gpu_and_its_runs(
 HET_SCRIPT = """#!/bin/bash
 #SBATCH --gres=gpu:1 -w gpu1
 #SBATCH hetjob
-#SBATCH --gres=gpu:1 -w gpu2
+#SBATCH --gres=gpu:2 -w gpu2
 srun --het-group=1 {load} --util 50 --seconds 25 &
 srun --het-group=0 {load} --util 70 --seconds 25 &
 wait
@@ -161,7 +161,7 @@ wait
 
 @pytest.fixture(scope="module")
 def het_job(testbed: TestBed, store: Store) -> tuple[int, int]:
-    """A het job of two 1-GPU components (gpu1, gpu2), each running its own srun task.
+    """A het job of two components (1 GPU on gpu1, 2 on gpu2), each running its own srun task.
 
     Returns (leader id, component 1's job id).
     """
@@ -207,6 +207,21 @@ def test_het_component_process_is_not_unallocated_use(
     busy = [i for i in rows if (i.util_mean_percent or 0) > 10]
     assert busy, rows  # each component's task really used its GPU
     assert [] == [(i.job_id, i.unallocated_pids) for i in rows if i.unallocated_pids]
+
+
+def test_each_component_task_drives_its_own_gpus(store: Store, het_job: tuple[int, int]) -> None:
+    """Every GPU of each component is busy with that component's task (issue 25 item 6).
+
+    Slurm 22.05 gives a het step's every task the leader's SLURM_JOB_GPUS; a CUDA program
+    (and gpu-load) uses the task's own CUDA_VISIBLE_DEVICES: the component's second GPU
+    is busy too, not idle while the leader's index is driven twice.
+    """
+    leader, component = het_job
+    for job, gpus in ((leader, 1), (component, 2)):
+        rows = wait_summaries(store, job, gpus)
+        assert len(rows) == gpus
+        # 25 s of load in a job of about 30 s: well above idle, whatever the edges.
+        assert all((r.util_mean_percent or 0) > 25 for r in rows), rows
 
 
 def test_leader_id_shows_every_component(testbed: TestBed, het_job: tuple[int, int]) -> None:
