@@ -176,15 +176,25 @@ def _interval(node: Any, slot_id: Any, start: Any, end: Any, job_id: Any) -> Int
     )
 
 
-def interval_overlaps(db: Database, limit: int = LIMIT) -> OverlapReport:
-    """The `gpu_intervals` rows that start before an earlier row of their slot ends.
+# Seconds two overlapping rows may cover beyond their union's span (float stamps).
+OVERLAP_SLACK = 0.5
 
-    Every row is compared with the running maximum of the ends of the rows before it on
-    its slot (node, slot_id), by period_start, not only with the previous row's end: a
-    long interval that covers several later ones flags each of them, not only the first.
-    `LAG` adds the previous row, to name one interval overlapped. The window's order is
-    the table's key (node, slot_id, period_start), so the database reads the key's index
-    in order; only the flagged rows come back, in that order.
+
+def interval_overlaps(db: Database, limit: int = LIMIT) -> OverlapReport:
+    """The `gpu_intervals` rows whose time is also counted by an earlier row of their slot.
+
+    A row is the envelope of its pieces in one shipping period (the spool merges a job's
+    pieces there: start the first's, end the last's, covered_seconds their sum), so the
+    unallocated row of a period a short job starts and ends in spans the job's row:
+    envelopes overlap, and nothing is counted twice. So the rows of a slot (node,
+    slot_id), by period_start, are cut into runs of overlapping envelopes (a row that
+    starts before the latest end of the slot's earlier rows continues the run), and a run
+    whose rows cover more seconds than its span, by more than OVERLAP_SLACK, counts time
+    twice (a wall clock step once stored three rows holding 9.6 s in a 5-s period): each
+    of its rows but the first is flagged, named with the row before it (`LAG`) and the
+    latest end before it. The windows' order is the table's key (node, slot_id,
+    period_start), so the database reads the key's index in order; only the flagged rows
+    come back, in that order.
 
     Args:
         db: the store.
@@ -198,6 +208,7 @@ def interval_overlaps(db: Database, limit: int = LIMIT) -> OverlapReport:
         t.period_start,
         t.period_end,
         t.job_id,
+        t.covered_seconds,
         sa.func.lag(t.period_start).over(partition_by=by, order_by=order).label("previous_start"),
         sa.func.lag(t.period_end).over(partition_by=by, order_by=order).label("previous_end"),
         sa.func.lag(t.job_id).over(partition_by=by, order_by=order).label("previous_job_id"),
@@ -206,10 +217,31 @@ def interval_overlaps(db: Database, limit: int = LIMIT) -> OverlapReport:
         .label("earlier_end"),
     ).subquery("slotted")
     w = windowed.c
+    continues = sa.and_(w.earlier_end.is_not(None), w.period_start < w.earlier_end)
+    w_by, w_order = (w.node, w.slot_id), w.period_start
+    numbered = sa.select(
+        windowed,
+        sa.func.sum(sa.case((continues, 0), else_=1))
+        .over(partition_by=w_by, order_by=w_order, rows=(None, 0))
+        .label("run"),
+    ).subquery("numbered")
+    n = numbered.c
+    run = (n.node, n.slot_id, n.run)
+    totalled = sa.select(
+        numbered,
+        sa.func.sum(n.covered_seconds).over(partition_by=run).label("run_covered"),
+        sa.func.min(n.period_start).over(partition_by=run).label("run_start"),
+        sa.func.max(n.period_end).over(partition_by=run).label("run_end"),
+    ).subquery("totalled")
+    r = totalled.c
     query = (
-        sa.select(windowed)
-        .where(w.period_start < w.earlier_end)
-        .order_by(w.node, w.slot_id, w.period_start)
+        sa.select(totalled)
+        .where(
+            r.earlier_end.is_not(None),
+            r.period_start < r.earlier_end,
+            r.run_covered > r.run_end - r.run_start + OVERLAP_SLACK,
+        )
+        .order_by(r.node, r.slot_id, r.period_start)
     )
     overlaps: _Lister[Overlap] = _Lister(limit)
     slots: _Lister[SlotOverlaps] = _Lister(limit)

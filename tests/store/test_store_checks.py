@@ -25,9 +25,17 @@ T0 = 1_790_000_000.0
 
 
 def interval(
-    start: float, end: float, job_id: int | None, slot: str = "GPU-1", node: str = "gpu1"
+    start: float,
+    end: float,
+    job_id: int | None,
+    slot: str = "GPU-1",
+    node: str = "gpu1",
+    covered: float | None = None,
 ) -> GpuInterval:
-    """A whole-GPU interval of `node`'s `slot` (its UUID), T0-relative times."""
+    """A whole-GPU interval of `node`'s `slot` (its UUID), T0-relative times.
+
+    `covered`: its measured seconds (default all of it, end - start).
+    """
     return GpuInterval(
         node=node,
         gpu_uuid=slot,
@@ -39,7 +47,7 @@ def interval(
         util_min_percent=40.0,
         util_sample_count=6,
         active_seconds=1.0,
-        covered_seconds=1.0,
+        covered_seconds=max(end - start, 0.0) if covered is None else covered,
         mem_used_max_bytes=None,
         mem_total_bytes=None,
         power_mean_watts=None,
@@ -90,6 +98,33 @@ def test_back_to_back_intervals_and_other_slots_do_not_overlap(store: Store) -> 
     )
     report = interval_overlaps(store)
     assert (0, 0, ()) == (report.overlaps.total, report.slots.total, report.overlaps.shown)
+
+
+def test_envelopes_of_a_short_job_and_the_unallocated_time_around_it_are_clean(
+    store: Store,
+) -> None:
+    """A job of 0.5 s inside one 5-s period: the unallocated row spans it, nothing twice.
+
+    The spool merges a period's pieces of one job (unallocated: none) into one row: its
+    envelope [0, 5) covers the job's [3.2, 3.7), its covered seconds the 4.5 s around it.
+    A second short job in the same period, and the next period's row, are clean too.
+    """
+    store.add_intervals(
+        [
+            interval(0, 5, None, covered=4.0),
+            interval(1.0, 1.5, 8),
+            interval(3.2, 3.7, 7),
+            interval(5, 10, None),
+        ]
+    )
+    report = interval_overlaps(store)
+    assert (0, ()) == (report.overlaps.total, report.overlaps.shown)
+    # The same rows with the unallocated row claiming all of its 5 s: counted twice.
+    store.add_intervals(
+        [interval(0, 5, None, covered=5.0, slot="GPU-2"), interval(3, 4, 9, slot="GPU-2")]
+    )
+    found = interval_overlaps(store)
+    assert [(o.interval.job_id, o.previous.job_id) for o in found.overlaps.shown] == [(9, None)]
 
 
 def test_every_interval_inside_an_earlier_long_one_is_found(store: Store) -> None:
