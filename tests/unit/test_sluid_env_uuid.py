@@ -283,7 +283,7 @@ def test_the_sluids_of_bound_jobs_attribute_their_processes(tmp_path: Path) -> N
         node_dir / "bindings" / "77.0", {"job_id": "77", "gpu_index": "0", "sluid": SLUID}, T0
     )
     agent.tick()
-    assert {SLUID: 77} == agent._sluid_jobs
+    assert {SLUID: 77} == agent.binding.sluid_jobs
 
 
 # --- the store, sacct --json and slurm-gpu job ---------------------------------------------
