@@ -120,8 +120,10 @@ agent_slurm_conf() {
 render_agent_configs() {
     collector_on || return 0
     local n
-    # slurm.conf as a namespaced node sees the head: slurmctld listens on every address.
-    sed "s|^SlurmctldHost=\(.*\)($CTLD_ADDR)\$|SlurmctldHost=\1($HEAD_ADDR)|" "$STATE/etc/slurm.conf" |
+    # slurm.conf as a namespaced node sees the head: slurmctld and slurmdbd listen on every
+    # address.
+    sed -e "s|^SlurmctldHost=\(.*\)($CTLD_ADDR)\$|SlurmctldHost=\1($HEAD_ADDR)|" \
+        -e "s|^AccountingStorageHost=$DBD_ADDR\$|AccountingStorageHost=$HEAD_ADDR|" "$STATE/etc/slurm.conf" |
         write_if_changed "$STATE/etc/slurm-netns.conf"
     chmod 644 "$STATE/etc/slurm-netns.conf"
     for n in $NODES; do

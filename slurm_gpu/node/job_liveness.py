@@ -104,26 +104,33 @@ class JobLiveness:
             last_read: job id -> the latest reading of its GPUs here (None: none).
         """
         runs = list(runs)
+        ended: list[EndedRun] = []
+        question = self._question
+        if question is not None and question.done.is_set():
+            self._question = None
+            if question.answer is None:  # no answer is no news: ask again next interval
+                log.warning("cannot ask Slurm which jobs still run here: %s", question.error)
+            else:
+                asked = set(question.job_ids)
+                judged = [
+                    r
+                    for r in runs
+                    if r.job_id in asked and r.start < question.asked_at - _MTIME_SLACK
+                ]
+                ended = self._judge(judged, question, asked_at, last_read)
         if self._question is None and (self._next is None or asked_at >= self._next):
-            judged = sorted({r.job_id for r in runs if r.start < asked_at - _MTIME_SLACK})
-            if judged:
+            closed = {(r.job_id, r.restart) for r in ended}
+            open_runs = [r for r in runs if (r.job_id, r.restart) not in closed]
+            ids = sorted({r.job_id for r in open_runs if r.start < asked_at - _MTIME_SLACK})
+            if ids:
                 self._next = asked_at + self.interval
-                self._question = _Question(judged, asked_at)
+                self._question = _Question(ids, asked_at)
                 self._start(self._question)
+                if not self.in_background:  # answered already: judged at once
+                    return ended + self.ended_runs(open_runs, asked_at, last_read)
             else:
                 self._seen.clear()
-        question = self._question
-        if question is None or not question.done.is_set():
-            return []
-        self._question = None
-        if question.answer is None:  # no answer is no news: ask again next interval
-            log.warning("cannot ask Slurm which jobs still run here: %s", question.error)
-            return []
-        asked = set(question.job_ids)
-        judged_runs = [
-            r for r in runs if r.job_id in asked and r.start < question.asked_at - _MTIME_SLACK
-        ]
-        return self._judge(judged_runs, question, asked_at, last_read)
+        return ended
 
     def _start(self, question: _Question) -> None:
         def run() -> None:

@@ -4,7 +4,9 @@ The node agent asks it to close the runs of jobs that ended without an epilog (N
 slurmd killed, a node rebooted or set DOWN; issue 25): `squeue --jobs=<ids> --states=all`
 answers for the jobs slurmctld still holds, the ended ones too until MinJobAge passes,
 with their state, EndTime (`%e`: the expected end while a job runs, the end once it
-ended) and nodes. A job of the list that slurmctld no longer holds is absent.
+ended) and nodes. A job of the list that slurmctld no longer holds is absent. A job
+back in the queue (requeued after its node failed) gets the end of its run here from
+`sacct -D`, which keeps each run.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from slurm_gpu.errors import SlurmError, brief
 from slurm_gpu.slurm.hostlist import expand as expand_hostlist
@@ -53,7 +55,7 @@ class NodeJob:
     """What slurmctld holds of a job, as the node sees it.
 
     holding: it holds GPUs on the node. end: when its run there ended, where Slurm says
-    (None while holding, or once back in the queue).
+    (None while holding; a requeued job's from sacct, where it answers).
     """
 
     state: str
@@ -78,9 +80,45 @@ def ask_node_jobs(
             return {}
         raise
     try:
-        return parse_node_jobs(text, node, tz)
+        jobs = parse_node_jobs(text, node, tz)
     except ValueError as exc:
         raise SlurmError(str(exc)) from None
+    queued = [i for i, j in jobs.items() if j.state in _QUEUED_STATES]
+    if queued:
+        ends = _requeued_ends(run, queued, node, tz)
+        jobs.update({i: replace(jobs[i], end=end) for i, end in ends.items()})
+    return jobs
+
+
+def _requeued_ends(
+    run: CommandRunner, job_ids: Sequence[int], node: str, tz: dt.tzinfo | None
+) -> dict[int, float]:
+    """When the last run on `node` of these requeued jobs ended: `sacct -D`'s record.
+
+    squeue shows a requeued job pending, with no end of the run that ended; sacct keeps
+    each run (-D). A job sacct cannot tell of (slurmdbd away, a record not yet written) is
+    left out: its run closes where it was last seen running.
+    """
+    ids = ",".join(str(i) for i in sorted(set(job_ids)))
+    argv = ["sacct", "-D", "-X", "-n", "-P", f"--jobs={ids}", "--format=JobIDRaw,End,NodeList"]
+    try:
+        text = run(argv)
+    except SlurmError:
+        return {}
+    ends: dict[int, float] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not re.fullmatch(r"[0-9]{1,10}", parts[0]):
+            continue
+        try:
+            end = parse_slurm_time(parts[1], tz)
+            here = node in expand_hostlist(parts[2]) if parts[2].strip() else False
+        except (ValueError, SlurmError):
+            continue
+        if end is not None and here:
+            job = int(parts[0])
+            ends[job] = max(ends.get(job, end), end)
+    return ends
 
 
 def parse_node_jobs(text: str, node: str, tz: dt.tzinfo | None = None) -> dict[int, NodeJob]:

@@ -250,3 +250,32 @@ def test_a_slow_slurm_never_delays_a_tick(node: Node) -> None:
     node.run(1)  # the tick after the close summarizes the run
     assert answered == [1]
     assert node.summary(7) == 25.0
+
+
+def test_a_job_requeued_after_its_node_failed_ends_here_where_sacct_says() -> None:
+    """squeue shows it pending (no end); sacct -D keeps the run that ended on this node."""
+    asked: list[list[str]] = []
+
+    def slurm(argv: Sequence[str]) -> str:
+        asked.append(list(argv))
+        if argv[0] == "squeue":
+            return "123|PENDING|2027-01-16T00:00:00|\n124|RUNNING|2027-01-16T00:00:00|gpu1\n"
+        return (
+            "123|2027-01-15T07:50:00|gpu1\n"  # the run that ended here, NODE_FAIL
+            "123|2027-01-15T07:20:00|gpu2\n"  # an earlier run elsewhere
+            "123|Unknown|\n"  # the next run, pending
+        )
+
+    jobs = ask_node_jobs(slurm, [123, 124], "gpu1")
+    assert jobs[123] == NodeJob(
+        "PENDING", False, parse_node_jobs("1|FAILED|2027-01-15T07:50:00|gpu1", "gpu1")[1].end
+    )
+    assert jobs[124] == NodeJob("RUNNING", True, None)
+    assert asked[1][:3] == ["sacct", "-D", "-X"] and "--jobs=123" in asked[1]
+
+    def no_sacct(argv: Sequence[str]) -> str:
+        if argv[0] == "squeue":
+            return "123|PENDING|2027-01-16T00:00:00|\n"
+        raise SlurmError("sacct failed (exit 1): slurmdbd not responding")
+
+    assert ask_node_jobs(no_sacct, [123], "gpu1") == {123: NodeJob("PENDING", False, None)}
