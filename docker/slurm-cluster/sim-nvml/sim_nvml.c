@@ -233,6 +233,8 @@ enum {
 #define RESERVED_BYTES (256ULL << 20)
 #define DRIVER_VERSION "535.183.01" /* default; <node dir>/driver-version overrides it */
 #define MAX_MIG 7
+#define MAX_PAUSES 128 /* pauses of one plan that count; later ones are ignored */
+#define PLAN_TEXT 16384 /* a plan file is read up to this size (128 pauses take about 5 KB) */
 
 struct sim_gpu {
     unsigned int index; /* NVML enumeration index */
@@ -291,9 +293,13 @@ struct plan {
     enum pattern pattern;
     double util, start, seconds, period, duty;
     double level[NCH]; /* level[CH_UTIL] == util; the others at full shape */
-    double end;       /* end of utilization: min(start+seconds, actual end); INFINITY if open */
+    double end;       /* end of utilization: min(start+seconds+paused, actual end); INFINITY if open */
     int live;         /* listed as a process: pid alive and no end written */
     unsigned long long mem_bytes;
+    /* pauses (SIGSTOP .. SIGCONT): sorted, disjoint, inside [start, end); the last one may be
+       open (INFINITY) while the pid is stopped. The shape runs on active (unpaused) time. */
+    unsigned int npause;
+    double pause_lo[MAX_PAUSES], pause_hi[MAX_PAUSES];
     char path[PATH_LEN];
 };
 
@@ -596,8 +602,62 @@ static void clip_levels(double level[NCH]) {
     for (int c = 0; c < NCH; c++) level[c] = CH_PERCENT[c] ? fmin(100.0, fmax(0.0, level[c])) : fmax(0.0, level[c]);
 }
 
+/* Whether the pid is stopped now (SIGSTOP, as `scontrol suspend` does): /proc/<pid>/stat state
+   'T' (stopped) or 't' (tracing stop). The state follows the command, which may hold ')'. */
+static int pid_stopped(unsigned int pid) {
+    char path[64], text[1024];
+    if (pid <= 1 || pid > INT_MAX) return 0;
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    if (read_small(path, text, sizeof text) <= 0) return 0;
+    const char *p = strrchr(text, ')');
+    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/* Adds the pause [lo, hi) to the plan's list, kept sorted and merged; clipped to the start. */
+static void add_pause(struct plan *p, double lo, double hi) {
+    lo = fmax(lo, p->start);
+    if (!(hi > lo)) return;
+    unsigned int i = 0;
+    while (i < p->npause && p->pause_hi[i] < lo) i++;
+    if (i < p->npause && p->pause_lo[i] <= hi) { /* overlaps or touches pause i: merge */
+        p->pause_lo[i] = fmin(p->pause_lo[i], lo);
+        p->pause_hi[i] = fmax(p->pause_hi[i], hi);
+        unsigned int j = i + 1;
+        while (j < p->npause && p->pause_lo[j] <= p->pause_hi[i]) p->pause_hi[i] = fmax(p->pause_hi[i], p->pause_hi[j++]);
+        memmove(&p->pause_lo[i + 1], &p->pause_lo[j], (p->npause - j) * sizeof p->pause_lo[0]);
+        memmove(&p->pause_hi[i + 1], &p->pause_hi[j], (p->npause - j) * sizeof p->pause_hi[0]);
+        p->npause -= j - (i + 1);
+        return;
+    }
+    if (p->npause >= MAX_PAUSES) return;
+    memmove(&p->pause_lo[i + 1], &p->pause_lo[i], (p->npause - i) * sizeof p->pause_lo[0]);
+    memmove(&p->pause_hi[i + 1], &p->pause_hi[i], (p->npause - i) * sizeof p->pause_hi[0]);
+    p->pause_lo[i] = lo;
+    p->pause_hi[i] = hi;
+    p->npause++;
+}
+
+/* `pauses=<lo>:<hi>,<lo>:<hi>,...` (epoch seconds, the first MAX_PAUSES count). */
+static void parse_pauses(const char *text, struct plan *p) {
+    const char *v = NULL;
+    for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+        if (strncmp(line, "pauses=", 7) == 0) {
+            v = line + 7;
+            break;
+        }
+    for (unsigned int seen = 0; v && *v && *v != '\n' && *v != '\r' && seen < MAX_PAUSES; seen++) {
+        char *e1, *e2;
+        double lo = strtod(v, &e1);
+        if (e1 == v || *e1 != ':') break;
+        double hi = strtod(e1 + 1, &e2);
+        if (e2 == e1 + 1 || (*e2 != ',' && *e2 != '\n' && *e2 != '\r' && *e2 != '\0')) break;
+        add_pause(p, lo, hi);
+        v = *e2 == ',' ? e2 + 1 : NULL;
+    }
+}
+
 static int parse_plan(const char *path, struct plan *p) {
-    char text[2048], v[64];
+    char text[PLAN_TEXT], v[64];
     struct stat st;
     if (stat(path, &st) != 0 || read_small(path, text, sizeof text) <= 0) return 0;
     memset(p, 0, sizeof *p);
@@ -624,34 +684,61 @@ static int parse_plan(const char *path, struct plan *p) {
     if (fake_busy && isnan(p->level[CH_SM])) p->level[CH_SM] = 1.0;
     derive_levels(p->level);
     clip_levels(p->level);
+    double mtime = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
+    parse_pauses(text, p);
     double ended = kv_double(text, "end", NAN);
     if (isnan(ended)) {
         if (pid_alive(p->pid)) {
             ended = INFINITY;
             p->live = 1;
+            /* stopped now (suspended): paused since its last heartbeat, until it resumes */
+            if (pid_stopped(p->pid)) add_pause(p, mtime, INFINITY);
         } else {
             /* killed without a chance to write its end (SIGKILL): the last heartbeat */
-            ended = (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9;
+            ended = mtime;
         }
     }
-    p->end = p->seconds > 0 ? fmin(ended, p->start + p->seconds) : ended;
+    /* --seconds is active time: every pause that begins before the run is over delays its end */
+    double until = p->seconds > 0 ? p->start + p->seconds : INFINITY;
+    for (unsigned int i = 0; i < p->npause && p->pause_lo[i] < until; i++) until += p->pause_hi[i] - p->pause_lo[i];
+    p->end = fmin(ended, until);
     if (p->end < p->start) p->end = p->start;
+    while (p->npause > 0 && p->pause_lo[p->npause - 1] >= p->end) p->npause--; /* after the end: nothing to pause */
     return 1;
 }
 
-/* Instantaneous utilization and slope of one plan at t (right-continuous). */
+/* Active (unpaused) seconds of the plan from its start to t; t is clipped to [start, end]. */
+static double active_time(const struct plan *p, double t) {
+    t = fmin(fmax(t, p->start), p->end);
+    double x = t - p->start;
+    for (unsigned int i = 0; i < p->npause && p->pause_lo[i] < t; i++) x -= fmin(t, p->pause_hi[i]) - p->pause_lo[i];
+    return fmax(0.0, x);
+}
+
+/* The index of the pause holding t, or -1. */
+static int pause_at(const struct plan *p, double t) {
+    for (unsigned int i = 0; i < p->npause && p->pause_lo[i] <= t; i++)
+        if (t < p->pause_hi[i]) return (int)i;
+    return -1;
+}
+
+/*
+ * Instantaneous utilization and slope of one plan at t (right-continuous). The shape is a
+ * function of the active time x: a paused process does no work (0), and resumes where it was.
+ */
 static double plan_value(const struct plan *p, double t, double *slope) {
     *slope = 0;
-    if (t < p->start || t >= p->end || p->util <= 0) return 0;
+    if (t < p->start || t >= p->end || p->util <= 0 || pause_at(p, t) >= 0) return 0;
+    double x = active_time(p, t);
     switch (p->pattern) {
     case PAT_SPIKY: {
-        double r = fmod(t - p->start, p->period);
+        double r = fmod(x, p->period);
         return r < p->duty * p->period ? p->util : 0;
     }
     case PAT_RAMP:
         if (p->seconds <= 0) return 0;
         *slope = p->util / p->seconds;
-        return p->util * (t - p->start) / p->seconds;
+        return p->util * x / p->seconds;
     case PAT_STEADY:
         return p->util;
     default:
@@ -666,22 +753,29 @@ static double spiky_cum(const struct plan *p, double x) {
     return p->util * (k * p->duty * p->period + fmin(r, p->duty * p->period));
 }
 
-/* Closed-form integral of one plan's utilization over [a, b], in percent-seconds. */
-static double plan_integral(const struct plan *p, double a, double b) {
-    double lo = fmax(a, p->start), hi = fmin(b, p->end);
-    if (hi <= lo || p->util <= 0) return 0;
+/* Integral of the shape over the first x active seconds, in percent-seconds. */
+static double shape_cum(const struct plan *p, double x) {
     switch (p->pattern) {
     case PAT_STEADY:
-        return p->util * (hi - lo);
+        return p->util * x;
     case PAT_SPIKY:
-        return spiky_cum(p, hi - p->start) - spiky_cum(p, lo - p->start);
+        return spiky_cum(p, x);
     case PAT_RAMP:
-        if (p->seconds <= 0) return 0;
-        return p->util * ((hi - p->start) * (hi - p->start) - (lo - p->start) * (lo - p->start)) /
-               (2 * p->seconds);
+        return p->seconds > 0 ? p->util * x * x / (2 * p->seconds) : 0;
     default:
         return 0;
     }
+}
+
+/*
+ * Closed-form integral of one plan's utilization over [a, b], in percent-seconds. Paused
+ * time adds nothing and does not advance the shape, so the integral is that of the shape over
+ * the active time that passed: shape_cum(x(b)) - shape_cum(x(a)).
+ */
+static double plan_integral(const struct plan *p, double a, double b) {
+    double lo = fmax(a, p->start), hi = fmin(b, p->end);
+    if (hi <= lo || p->util <= 0) return 0;
+    return shape_cum(p, active_time(p, hi)) - shape_cum(p, active_time(p, lo));
 }
 
 /* Next time after t where the plan's utilization changes its formula. */
@@ -689,12 +783,20 @@ static double plan_next_break(const struct plan *p, double t) {
     if (t < p->start) return p->start;
     if (t >= p->end) return INFINITY;
     double next = p->end;
-    if (p->pattern == PAT_SPIKY) {
-        double k = floor((t - p->start) / p->period);
-        double up = p->start + k * p->period, down = up + p->duty * p->period;
-        double cand = t < down ? down : up + p->period;
-        if (cand <= t) cand = up + p->period;
-        next = fmin(next, cand);
+    int in = pause_at(p, t);
+    if (in >= 0) return fmin(next, p->pause_hi[in]);
+    for (unsigned int i = 0; i < p->npause; i++)
+        if (p->pause_lo[i] > t) {
+            next = fmin(next, p->pause_lo[i]);
+            break;
+        }
+    if (p->pattern == PAT_SPIKY) { /* in active time x, mapped back: t advances with x until the next pause */
+        double x = active_time(p, t);
+        double k = floor(x / p->period);
+        double up = k * p->period, down = up + p->duty * p->period;
+        double cand = x < down ? down : up + p->period;
+        if (cand <= x) cand = up + p->period;
+        next = fmin(next, t + (cand - x));
     }
     return next;
 }
