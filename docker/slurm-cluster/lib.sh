@@ -393,6 +393,28 @@ bootstrap_accounts() {
     add_coord() { echo "$coords" | grep -q "^$1|.*\b$2\b" || sacctmgr -i add coordinator account="$1" names="$2" >/dev/null; }
     add_coord physics dana
     add_coord bio erin
+    bootstrap_preempt_qos
+}
+
+bootstrap_preempt_qos() {
+    # Preemption by QOS (slurm.conf.in: PreemptType=preempt/qos): a low QOS per
+    # PreemptMode, and urgent, which alone preempts them (qos.html, sacctmgr(1) Preempt,
+    # PreemptMode). normal, every association's default QOS, is in no Preempt list.
+    local qos
+    qos=$(sacctmgr -n -P show qos format=Name)
+    local mode
+    for mode in requeue cancel suspend; do
+        echo "$qos" | grep -qx "preempt-$mode" ||
+            sacctmgr -i add qos "preempt-$mode" PreemptMode="$mode" Priority=0 >/dev/null
+    done
+    echo "$qos" | grep -qx urgent ||
+        sacctmgr -i add qos urgent Priority=1000 \
+            Preempt=preempt-requeue,preempt-cancel,preempt-suspend >/dev/null
+    # Every user may ask for them (AccountingStorageEnforce=qos); the default stays normal.
+    local want=normal,preempt-requeue,preempt-cancel,preempt-suspend,urgent
+    sacctmgr -n -P show assoc cluster="$CLUSTER" format=User,QOS | grep -q '^alice|.*urgent' ||
+        sacctmgr -i modify user where name=alice,bob,carol cluster="$CLUSTER" \
+            set QOS="$want" DefaultQOS=normal >/dev/null
 }
 
 cluster_is_up() {
