@@ -81,6 +81,15 @@ class CostSettings:
             "its GPU's full price. GPU-memory-hours are never scaled by the share."
         ),
     )
+    charge_suspended: bool = field(
+        default=False,
+        metadata=doc(
+            "Charge the time a job was suspended (scontrol suspend, preemption or gang "
+            "scheduling in SUSPEND mode) under unit gpu_hour and job_hour. Off, as Slurm's "
+            "Elapsed and GPU-hours count, a suspended job is charged its run time only; "
+            "its GPU memory stays held and is charged under gpu_mem_hour either way."
+        ),
+    )
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 Every report row (`slurm-gpu report`, the monthly tables, a statement, the exporter) is
 `figures` of the sums of its rows plus the group's job counts and queue waits.
 
-- GPU-hours are held hours (missing included: the job held the GPU); active, idle and
-  missing GPU-hours split them (`time`); idle and active are unknown where none of the
-  held time was measured.
+- GPU-hours are held hours (missing included: the job held the GPU; suspended time
+  not, as Slurm charges); active, idle and missing GPU-hours split them (`time`); idle
+  and active are unknown where none of the held time was measured. Suspended GPU-hours
+  are shown apart.
 - Utilization is weighted by held seconds over the rows with a mean; each GPM mean by
   the GPM-measured seconds of the rows that have it; unknown (None) where nothing was
   measured, never 0 %. Effective GPU-hours: GPM-measured GPU-hours x SM activity.
@@ -32,6 +33,7 @@ FIGURE_KEYS = (
     "idle_percent",
     "missing_gpu_hours",
     "missing_percent",
+    "suspended_gpu_hours",
     "energy_kwh",
     "cost",
     "queue_wait_mean",
@@ -115,6 +117,7 @@ def figures(total: Mapping[str, Any], counted: Counted, held_cost: bool) -> dict
         "idle_percent": share_percent(idle, gpu),
         "missing_gpu_hours": missing / 3600.0,
         "missing_percent": share_percent(missing, gpu),
+        "suspended_gpu_hours": float(total["suspended_seconds"]) / 3600.0,
         "energy_kwh": None if energy is None else energy / 3.6e6,
         "cost": float(total["cost"]),
         "queue_wait_mean": counted.queue_wait_mean,

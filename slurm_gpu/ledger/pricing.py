@@ -17,7 +17,9 @@ a GiB-hour is one whatever holds it.
 
 Units (`UNIT_SUMS`): gpu_hour charges held GPU-seconds, gpu_mem_hour GiB-seconds,
 job_hour each row's share of its job's elapsed seconds (a job is charged its runtime
-once, at its GPUs' prices).
+once, at its GPUs' prices). Held and elapsed exclude suspended time, as Slurm's charge
+does; `[cost] charge_suspended` adds it back (`SUSPENDED_UNIT_SUMS`). Suspended time is
+never idle: it has no idle cost.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ UNIT_SUMS = {
     "job_hour": ("job_hour_seconds", "job_hour_unused_seconds"),
 }
 """[cost] unit -> (the sum it charges, that sum's GPM-unused part), in unit-seconds."""
+
+SUSPENDED_UNIT_SUMS = {
+    "gpu_hour": "suspended_seconds",
+    "job_hour": "job_hour_suspended_seconds",
+}
+"""[cost] unit -> its units in suspended time ([cost] charge_suspended; GiB-seconds are
+measured memory, held while suspended, so gpu_mem_hour charges them either way)."""
 
 IDLE_UNIT_SUMS = {
     "gpu_mem_hour": "mem_idle_gib_seconds",
@@ -108,10 +117,12 @@ def charged_sums(cost: CostSettings) -> tuple[str, ...]:
     """The sums `charge` reads under this [cost] (its unit and charge), no other."""
     units, unused = UNIT_SUMS[cost.unit]
     idle = (IDLE_UNIT_SUMS[cost.unit],) if cost.unit in IDLE_UNIT_SUMS else ()
+    suspended = _suspended_units(cost)
     return tuple(
         dict.fromkeys(
             (
                 units,
+                *((suspended,) if suspended else ()),
                 *((unused,) if cost.charge == "effective" else ()),
                 *(idle or ("gpu_seconds", "active_seconds", "missing_seconds")),
             )
@@ -134,6 +145,9 @@ def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
     units, unused = UNIT_SUMS[cost.unit]
     per_second = np.asarray(price, dtype=float) / 3600.0
     held = per_second * np.asarray(sums[units], dtype=float)
+    suspended = _suspended_units(cost)
+    if suspended:
+        held = held + per_second * np.asarray(sums[suspended], dtype=float)
     idle_units = (
         sums[IDLE_UNIT_SUMS[cost.unit]]
         if cost.unit in IDLE_UNIT_SUMS
@@ -153,6 +167,11 @@ def charge(price: Any, sums: Any, cost: CostSettings) -> Charge:
         idle = per_second * np.asarray(sums[unused], dtype=float)
         return Charge(_plain(held - idle), _plain(idle), idle_cost)
     return Charge(_plain(held), _plain(np.full(np.shape(held), np.nan)), idle_cost)
+
+
+def _suspended_units(cost: CostSettings) -> str | None:
+    """The sum of suspended units `charge` adds under this [cost]; None: not charged."""
+    return SUSPENDED_UNIT_SUMS.get(cost.unit) if cost.charge_suspended else None
 
 
 def _plain(value: Any) -> Any:

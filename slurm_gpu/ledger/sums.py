@@ -6,7 +6,8 @@ sums of a group of rows are the sums of their sums, whatever the source (the rol
 fold them at ingest, the reports add raw rows' sums to them), so a figure computed from
 summed sums (`figures`) is the same whichever road the rows came by.
 
-- held, active, missing seconds, clipped per row (`time.row_time`);
+- held, active, missing and suspended seconds, clipped per row (`time.row_time`; held
+  excludes suspended time, as Slurm's charge does);
 - GiB-seconds of GPU memory, energy (and how many rows knew it: none means unknown);
 - utilization x held seconds over the rows with a mean, and those held seconds;
 - physical GPU-seconds (held x the slot's share of its GPU);
@@ -50,6 +51,8 @@ SUMS = (
     "job_hour_unused_seconds",
     "mem_idle_gib_seconds",
     "job_hour_idle_seconds",
+    "suspended_seconds",
+    "job_hour_suspended_seconds",
 )
 """The prorated sums of a row (store/schema.py's rollup columns have these names)."""
 
@@ -66,8 +69,9 @@ ROW_COLUMNS = (
     "share",
     "gpm_seconds",
     *(f"{m}_mean_percent" for m in GPM_METRICS),
+    "suspended_seconds",
 )
-"""What `row_sums` reads of a GPU row."""
+"""What `row_sums` reads of a GPU row (`suspended_seconds`: its job's, sacct's Suspended)."""
 
 
 def unused_share(held: Any, gpm_seconds: Any, sm_active_percent: Any) -> Any:
@@ -91,11 +95,13 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
 
     Args:
         rows: column name -> values (arrays or sequences, NaN or None where unknown):
-            gpu_seconds, active_seconds, missing_seconds, mem_gib_seconds, energy_joules,
-            util_mean_percent, share, gpm_seconds, `<metric>_mean_percent`; a column a
-            row source lacks may be left out (unknown).
+            gpu_seconds (the span the slot was held), active_seconds, missing_seconds,
+            mem_gib_seconds, energy_joules, util_mean_percent, share, gpm_seconds,
+            `<metric>_mean_percent`, suspended_seconds (the job's); a column a row
+            source lacks may be left out (unknown; suspended: none).
         job_hour_seconds: each row's part of its job's elapsed seconds ([cost] unit
-            job_hour: the job's elapsed time shared equally by its GPU rows).
+            job_hour: the job's elapsed time, suspended time excluded, shared equally
+            by its GPU rows).
     """
     n = len(next(iter(rows.values()))) if rows else 0
 
@@ -110,10 +116,14 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
             dtype=float,
         )
 
-    held, busy, lost = time.row_time(
-        column("gpu_seconds"), column("active_seconds"), column("missing_seconds")
+    held, busy, lost, paused = time.row_time(
+        column("gpu_seconds"),
+        column("active_seconds"),
+        column("missing_seconds"),
+        column("suspended_seconds"),
     )
     gpu = np.asarray(held, dtype=float)
+    suspended = np.asarray(paused, dtype=float)
     util, energy, share = column("util_mean_percent"), column("energy_joules"), column("share")
     gpm_raw = column("gpm_seconds")
     gpm = np.nan_to_num(gpm_raw)
@@ -137,6 +147,12 @@ def row_sums(rows: Mapping[str, Any], job_hour_seconds: Any) -> dict[str, Floats
         "job_hour_unused_seconds": job_hours * unused,
         "mem_idle_gib_seconds": mem * idle_share,
         "job_hour_idle_seconds": job_hours * idle_share,
+        "suspended_seconds": suspended,
+        # The row's part of its job's suspended time, as job_hour_seconds is of its run
+        # time ([cost] charge_suspended under unit job_hour).
+        "job_hour_suspended_seconds": np.divide(
+            job_hours * suspended, gpu, out=np.zeros(n), where=gpu > 0
+        ),
         "energy_rows": np.where(np.isnan(energy), 0.0, 1.0),
         "summary_rows": np.ones(n),
     }

@@ -38,6 +38,7 @@ JOB_TOTAL_KEYS = (
     "active_seconds",
     "idle_seconds",
     "missing_seconds",
+    "suspended_seconds",
     "util_mean_percent",
     "util_max_percent",
     "mem_max_bytes",
@@ -232,6 +233,7 @@ class Groups:
                 "active_seconds": _known(active[i]),
                 "idle_seconds": _known(idle[i]),
                 "missing_seconds": total["missing_seconds"],
+                "suspended_seconds": total["suspended_seconds"],
                 "util_mean_percent": mean,
                 "util_max_percent": _known(util_max[i]),
                 "mem_max_bytes": int(mem_max[i]) if _known(mem_max[i]) is not None else None,
@@ -284,7 +286,16 @@ def empty_job_totals() -> dict[str, Any]:
     return {
         **dict.fromkeys(JOB_TOTAL_KEYS),
         **dict.fromkeys(("gpu_model", "source"), ""),
-        **dict.fromkeys(("gpu_seconds", "active_seconds", "idle_seconds", "missing_seconds"), 0.0),
+        **dict.fromkeys(
+            (
+                "gpu_seconds",
+                "active_seconds",
+                "idle_seconds",
+                "missing_seconds",
+                "suspended_seconds",
+            ),
+            0.0,
+        ),
         **dict.fromkeys(("mem_gib_seconds", "cost", "gpm_seconds"), 0.0),
     }
 
@@ -301,8 +312,11 @@ def idle_seconds(rows: pd.DataFrame) -> np.ndarray:
             return np.zeros(len(rows))
         return pd.to_numeric(rows[name]).to_numpy(dtype=float, na_value=np.nan)
 
-    held, active, missing = time.row_time(
-        numbers("gpu_seconds"), numbers("active_seconds"), numbers("missing_seconds")
+    held, active, missing, _ = time.row_time(
+        numbers("gpu_seconds"),
+        numbers("active_seconds"),
+        numbers("missing_seconds"),
+        numbers("suspended_seconds"),
     )
     idle = np.asarray(time.idle(held, active, missing), dtype=float)
     known: np.ndarray = np.where(np.isnan(idle), 0.0, idle)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from slurm_gpu.ledger import time as ledger_time
 from slurm_gpu.reports.figures import GPM_COLUMNS
 from slurm_gpu.store import Store, queries
 from slurm_gpu.units import is_known
@@ -35,6 +36,7 @@ JOB_COLUMNS = [
     "start_time",
     "end_time",
     "elapsed_seconds",
+    "suspended_seconds",
     "time_limit_seconds",
     "nodes",
     "alloc_gpus",
@@ -90,7 +92,12 @@ def stored_jobs(stored: list[tuple[Any, ...]], read: Sequence[str], now: float) 
     start = pd.to_numeric(raw["start_time"]).to_numpy(dtype=float, na_value=np.nan)
     end = pd.to_numeric(raw["end_time"]).to_numpy(dtype=float, na_value=np.nan)
     stop = np.where(np.isnan(end), now, end)
-    elapsed = np.where(np.isnan(start), 0.0, np.maximum(stop - start, 0.0))
+    suspended = (
+        pd.to_numeric(raw["suspended_seconds"]).to_numpy(dtype=float, na_value=np.nan)
+        if "suspended_seconds" in raw
+        else np.full(len(raw), np.nan)
+    )
+    elapsed = np.where(np.isnan(start), 0.0, ledger_time.elapsed(start, stop, suspended))
     n = len(raw)
     columns: dict[str, pd.Series] = {
         "job_id": raw["job_id"],
@@ -105,6 +112,7 @@ def stored_jobs(stored: list[tuple[Any, ...]], read: Sequence[str], now: float) 
         "start_time": raw["start_time"],
         "end_time": raw["end_time"],
         "elapsed_seconds": pd.Series(elapsed, dtype=float),
+        "suspended_seconds": pd.Series(suspended, dtype=float),
         "time_limit_seconds": pd.Series([None] * n, dtype=object),
         "nodes": _text(raw["nodes"]),
         "alloc_gpus": pd.to_numeric(raw["gpus"]).fillna(0).astype("int64"),

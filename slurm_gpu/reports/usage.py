@@ -9,6 +9,7 @@ from the totals of its stored per-minute intervals (reports/frames.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,7 @@ import pandas as pd
 
 from slurm_gpu.access import Scope
 from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.ledger import time as ledger_time
 from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
     JOB_COLUMNS,
@@ -115,10 +117,24 @@ def load_usage(
         jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gres = {j.job_id: ",".join(t for t, _ in j.gpu_types) for j in sacct_jobs or () if j.gpu_types}
     gpus = fill_models(gpus, store, gres)
+    gpus = with_suspended(gpus, jobs)
     gpus = add_cost(gpus, jobs, cost)
     for name in ("user", "account", "partition"):
         jobs[name] = categorical(jobs[name])
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
+
+
+def with_suspended(gpus: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
+    """`gpus` with each row's `suspended_seconds`: its job's.
+
+    Slurm records a job's suspended time, not a GPU's; each GPU row spans it. The ledger
+    takes it out of the row's held time (ledger/time.py).
+    """
+    if gpus.empty:
+        return gpus.assign(suspended_seconds=pd.Series(dtype=float))
+    by_job = jobs.drop_duplicates("job_id").set_index("job_id")["suspended_seconds"]
+    suspended = gpus["job_id"].map(pd.to_numeric(by_job, errors="coerce"))
+    return gpus.assign(suspended_seconds=suspended.to_numpy(dtype=float, na_value=np.nan))
 
 
 def with_job_listing(store: Store, jobs: pd.DataFrame, now: float) -> pd.DataFrame:
@@ -169,6 +185,7 @@ def _from_store(row: dict[str, Any]) -> dict[str, Any]:
         "nodes": row.get("nodes") or "",
         "alloc_gpus": int(row.get("gpus") or 0),
         "exit_code": row.get("exit_code"),
+        "suspended_seconds": row.get("suspended_seconds"),
     }
 
 
@@ -191,6 +208,7 @@ def overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
         "nodes": ",".join(job.nodes),
         "alloc_gpus": job.alloc_gpus,
         "exit_code": job.exit_code,
+        "suspended_seconds": job.suspended_seconds,
     }
     for key, value in facts.items():
         if (value is not None and value != "") or key not in row:
@@ -202,7 +220,16 @@ def overlay(base: dict[str, Any] | None, job: SacctJob) -> dict[str, Any]:
 
 def _finish(row: dict[str, Any], now: float) -> dict[str, Any]:
     start, end = row.get("start_time"), row.get("end_time")
-    elapsed = 0.0 if start is None else max((end if end is not None else now) - start, 0.0)
+    suspended = row.get("suspended_seconds")
+    elapsed = (
+        0.0
+        if start is None
+        else float(
+            ledger_time.elapsed(
+                start, end if end is not None else now, math.nan if suspended is None else suspended
+            )
+        )
+    )
     out = {name: row.get(name) for name in JOB_COLUMNS}
     out["elapsed_seconds"] = elapsed
     return out

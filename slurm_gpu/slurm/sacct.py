@@ -39,6 +39,7 @@ FIELDS = (
     "NodeList",
     "AllocTRES",
     "ExitCode",
+    "Suspended",
     "JobName",  # last: it may contain anything, including the delimiter and newlines
 )
 # sacct -s takes short codes too (https://slurm.schedmd.com/sacct.html#SECTION_JOB-STATE-CODES).
@@ -69,9 +70,11 @@ class SacctJob:
 
     Times are POSIX seconds (None when sacct says Unknown/None). `job_id` is JobIDRaw
     (the number the prolog sees, also for array tasks); `job_id_text` is JobID as sacct
-    shows it ("150_3", "273+1"). `state` is the state's name ("CANCELLED"), what filters
-    and logic compare; `state_text` is sacct's State as printed ("CANCELLED by 1002":
-    who cancelled, by uid, 0 being root or the controller), what every view shows.
+    shows it ("150_3", "273+1"). `elapsed_seconds` is sacct's Elapsed, which leaves out
+    `suspended_seconds` (Suspended: the time Slurm had the job suspended). `state` is the
+    state's name ("CANCELLED"), what filters and logic compare; `state_text` is sacct's
+    State as printed ("CANCELLED by 1002": who cancelled, by uid, 0 being root or the
+    controller), what every view shows.
     """
 
     job_id: int
@@ -92,6 +95,7 @@ class SacctJob:
     alloc_gpus: int
     gpu_types: tuple[tuple[str, int], ...]
     exit_code: int | None
+    suspended_seconds: float | None = None
 
     @property
     def queue_wait_seconds(self) -> float | None:
@@ -114,6 +118,7 @@ class SacctJob:
             "start_time": self.start_time,
             "end_time": self.end_time,
             "nodes": ",".join(sorted(self.nodes)) or None,
+            "suspended_seconds": self.suspended_seconds,
         }
 
 
@@ -177,16 +182,22 @@ def run_sacct(runner: CommandRunner, tz: dt.tzinfo | None = None, **filters: Any
 def split_records(text: str, fields: Sequence[str] = FIELDS) -> list[dict[str, str]]:
     """Split `sacct -P --delimiter=0x1F -o <fields>` output (last field free text) into rows.
 
-    The header line (if present) is skipped; a line with fewer delimiters than a record
-    has continues the previous record's last field (a newline inside a job name).
+    The header line (if present) names the fields sacct printed, a subset of `fields` in
+    any order with the last one last (a sacct from before a field was asked for: its
+    records lack that field); a line with fewer delimiters than a record has continues
+    the previous record's last field (a newline inside a job name).
 
     Raises:
         SlurmError: the output has lines that belong to no record.
     """
+    lines = text.split("\n")
+    first = lines[0].split(DELIMITER) if lines else []
+    if first and first[-1] == fields[-1] and set(first) <= set(fields):
+        fields, lines = tuple(first), lines[1:]
     count = len(fields) - 1
     rows: list[list[str]] = []
     header = DELIMITER.join(fields)
-    for number, line in enumerate(text.split("\n"), 1):
+    for number, line in enumerate(lines, 1 + (len(text.split("\n")) - len(lines))):
         if line == header:
             continue
         if line.count(DELIMITER) >= count:
@@ -245,6 +256,7 @@ def _job(row: Mapping[str, str], tz: dt.tzinfo | None) -> SacctJob:
         alloc_gpus=int(gpus.group(1)) if gpus else sum(n for _, n in types),
         gpu_types=types,
         exit_code=_exit_code(row["ExitCode"]),
+        suspended_seconds=parse_elapsed(row.get("Suspended", "")),
     )
 
 

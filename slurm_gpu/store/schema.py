@@ -105,6 +105,9 @@ jobs = sa.Table(
     sa.Column("restart", sa.Integer()),
     # Slurm's SLUID of the job (25.11+, SLURM_JOB_SLUID; revision 0008), NULL without one.
     sa.Column("sluid", sa.String(32)),
+    # Seconds Slurm had the job suspended (sacct's Suspended; revision 0016): not in its
+    # Elapsed nor in its GPU-hours (ledger/time.py). NULL: none recorded (yet).
+    sa.Column("suspended_seconds", sa.Double()),
 )
 sa.Index(None, jobs.c.start_time)
 # Reports select a period by end_time >= since (a month of a year-long store); see

@@ -42,6 +42,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from slurm_gpu.ledger import periods
+from slurm_gpu.ledger import time as ledger_time
 from slurm_gpu.ledger.periods import day_fractions, day_of, month_of, next_month
 from slurm_gpu.ledger.sums import ROW_COLUMNS, row_sums
 from slurm_gpu.store.dialect import upsert
@@ -92,14 +93,25 @@ def _summed_rows(
     """
     rows = [row for _, _, job_rows in folded for row in job_rows]
     job_hours = [
-        max(float(job["end_time"]) - float(job["start_time"]), 0.0) / len(job_rows)
+        float(ledger_time.elapsed(job["start_time"], job["end_time"], _suspended(job)))
+        / len(job_rows)
         for _, job, job_rows in folded
         for _ in job_rows
     ]
     if not rows:
         return {}
     columns = {name: [row.get(name) for row in rows] for name in ROW_COLUMNS}
+    # Slurm records a job's suspended time, not a GPU's: each of its rows spans it.
+    columns["suspended_seconds"] = [
+        _suspended(job) for _, job, job_rows in folded for _ in job_rows
+    ]
     return {name: v.tolist() for name, v in row_sums(columns, job_hours).items()}
+
+
+def _suspended(job: Mapping[Any, Any]) -> float:
+    """The job's suspended seconds (sacct's Suspended); 0 where none is recorded."""
+    value = job.get("suspended_seconds")
+    return 0.0 if value is None else float(value)
 
 
 def _chunks(values: Sequence[int]) -> Iterable[list[int]]:

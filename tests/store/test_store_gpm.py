@@ -318,7 +318,8 @@ def test_upgrade_from_0005_keeps_every_row_and_the_reports_figures(store_at_0005
         _insert(conn, "gpu_inventory", old_columns["gpu_inventory"],
                 [convert.device_to_row("gpu2", device, T0)])  # fmt: skip
         _insert(conn, "gpu_intervals_hourly", old_columns["gpu_intervals_hourly"], [hourly])
-    old_jobs = [c for c in queries.JOB_ROW_COLUMNS if c != "sluid"]  # sluid: 0008
+    # sluid: 0008, suspended_seconds: 0016
+    old_jobs = [c for c in queries.JOB_ROW_COLUMNS if c not in ("sluid", "suspended_seconds")]
     jobs_before = queries.job_rows_in_window(store, T0, T0 + 7200, columns=old_jobs)
     summary_rows_before = queries.summary_rows_in_window(store, T0, T0 + 7200)
     with store.reading("rows before") as conn:

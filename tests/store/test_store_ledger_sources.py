@@ -42,6 +42,7 @@ job_shapes = st.lists(
         st.sampled_from([None, 0.0, 4.0, 60.0]),  # utilization
         st.sampled_from([0.0, 0.3, 1.4]),  # missing share (over 1: clipped)
         st.booleans(),  # H100 (else A100)
+        st.sampled_from([None, 0.0, 0.25, 1.5]),  # suspended share (sacct's; over 1: clipped)
     ),
     min_size=1,
     max_size=6,
@@ -53,14 +54,15 @@ periods = st.tuples(
 
 def fill(store: Store, jobs: list[tuple[Any, ...]]) -> None:
     summaries = []
-    for n, (start, seconds, gpus, util, missing, h100) in enumerate(jobs):
+    for n, (start, seconds, gpus, util, missing, h100, suspended) in enumerate(jobs):
         begin = NOV + start
         store.upsert_jobs(
             [
                 {"job_id": n + 1, "user": f"u{n % 2}", "account": f"a{n % 3}",
                  "partition": "gpu", "job_name": "j", "state": "COMPLETED",
                  "submit_time": begin - 60, "start_time": begin, "end_time": begin + seconds,
-                 "nodes": "gpu1", "gpus": gpus},
+                 "nodes": "gpu1", "gpus": gpus,
+                 "suspended_seconds": None if suspended is None else seconds * suspended},
             ]
         )  # fmt: skip
         for g in range(gpus):

@@ -37,10 +37,10 @@ def test_upgrade_from_0007_keeps_the_jobs_and_then_stores_sluids(store_at_0007: 
 
     store.upgrade("0008")
     assert "0008" == store.current_revision()
+    store.upgrade()  # to head: the read and write API read the newest revision's columns
     kept = store.job(42) or {}
     assert {**job, "sluid": None} == {k: kept[k] for k in (*job, "sluid")}
 
-    store.upgrade()  # to head: the write API writes the newest revision's columns
     store.add_events([JobEvent("gpu1", 43, JobEventKind.STARTED, T0, "bob", sluid=SLUID)])
     store.add_events([JobEvent("gpu1", 43, JobEventKind.ENDED, T0 + 9, "bob", exit_code=0)])
     assert (SLUID, T0 + 9) == ((store.job(43) or {})["sluid"], (store.job(43) or {})["end_time"])

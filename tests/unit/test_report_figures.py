@@ -52,6 +52,8 @@ COLUMNS = {
     "tensor_active_mean_percent": percent,
     "dram_bw_mean_percent": percent,
     "idle_held_cost": numbers,
+    # The job's suspended seconds (sacct's Suspended; NaN: none recorded).
+    "suspended_seconds": numbers,
 }
 rows = st.lists(st.fixed_dictionaries(COLUMNS), max_size=40).map(
     lambda records: pd.DataFrame(records, columns=list(COLUMNS))
@@ -102,8 +104,30 @@ def pandas_gpm(part: pd.DataFrame) -> dict[str, Any]:
     return out
 
 
+def without_suspended(part: pd.DataFrame) -> pd.DataFrame:
+    """The rows with their suspended time taken out of idle, then missing, then active.
+
+    Slurm does not charge suspended time: a row's GPU-seconds become its span less it.
+    """
+    span = part["gpu_seconds"].fillna(0.0)
+    lost = np.minimum(part["missing_seconds"].fillna(0.0), span)
+    busy = np.minimum(part["active_seconds"].fillna(0.0), span - lost)
+    paused = np.minimum(part["suspended_seconds"].fillna(0.0), span)
+    from_idle = np.minimum(paused, span - lost - busy)
+    from_missing = np.minimum(paused - from_idle, lost)
+    out = part.copy()
+    out["gpu_seconds"] = (span - paused).where(part["gpu_seconds"].notna())
+    out["missing_seconds"] = lost - from_missing
+    out["active_seconds"] = busy - (paused - from_idle - from_missing)
+    out["suspended_seconds"] = paused
+    return out
+
+
 def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
     """The figures as a plain pandas computation over one group's rows."""
+    suspended = float(np.minimum(part["suspended_seconds"].fillna(0.0),
+                                 part["gpu_seconds"].fillna(0.0)).sum())  # fmt: skip
+    part = without_suspended(part)
     gpu_seconds, active, idle, missing = time_split(part)
     gpm = pandas_gpm(part)
     known = part[part["util_mean_percent"].notna()]
@@ -122,6 +146,7 @@ def pandas_figures(part: pd.DataFrame) -> dict[str, Any]:
         "idle_percent": 100.0 * idle / gpu_seconds if idle is not None and gpu_seconds else None,
         "missing_gpu_hours": missing / 3600.0,
         "missing_percent": 100.0 * missing / gpu_seconds if gpu_seconds > 0 else None,
+        "suspended_gpu_hours": suspended / 3600.0,
         "energy_kwh": float(energy.sum()) / 3.6e6 if len(energy) else None,
         "cost": float(part["cost"].sum()),
         "queue_wait_mean": float(waits.mean()) if len(waits) else None,
@@ -194,7 +219,8 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
         data_until=frame["queue_wait"],
     )
     expected = []
-    for key, part in frame.groupby("job_id", sort=True):
+    for key, whole in frame.groupby("job_id", sort=True):
+        part = without_suspended(whole)
         known = part[part["util_mean_percent"].notna()]
         weight = float(known["gpu_seconds"].sum())
         util = (
@@ -212,6 +238,7 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
             "active_seconds": active,
             "idle_seconds": idle,
             "missing_seconds": missing,
+            "suspended_seconds": float(part["suspended_seconds"].sum()),
             "util_mean_percent": util,
             "util_max_percent": float(umax.max()) if len(umax) else None,
             "mem_max_bytes": int(mem.max()) if len(mem) else None,

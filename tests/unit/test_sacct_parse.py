@@ -85,6 +85,7 @@ def test_pending_job() -> None:
             "None assigned",
             "",
             "0:0",
+            "00:00:00",
             "x",
         ]
     )
@@ -122,6 +123,7 @@ def test_bad_time_names_the_job() -> None:
             "gpu1",
             "",
             "0:0",
+            "00:00:00",
             "x",
         ]
     )
