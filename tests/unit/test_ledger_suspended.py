@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.config.reports import CostSettings, CostUnit
 from slurm_gpu.ledger import figures, pricing, sums, time
 
 seconds = st.floats(0.0, 1e6, allow_nan=False, allow_infinity=False)
@@ -71,7 +71,7 @@ def test_figures_show_suspended_gpu_hours_apart_from_gpu_hours() -> None:
 
 
 @pytest.mark.parametrize("unit", ["gpu_hour", "job_hour", "gpu_mem_hour"])
-def test_charge_suspended_adds_the_suspended_time_back_to_the_bill(unit: str) -> None:
+def test_charge_suspended_adds_the_suspended_time_back_to_the_bill(unit: CostUnit) -> None:
     total = sums.row_sums({**row(120.0), "mem_gib_seconds": [330.0 * 8]}, [210.0])
     free = pricing.charge(3600.0, total, CostSettings(unit=unit))
     charged = pricing.charge(3600.0, total, CostSettings(unit=unit, charge_suspended=True))
