@@ -361,6 +361,27 @@ class SlurmJob:
     het_job_offset: int | None = None
     admin_comment: str = ""
     comment: str = ""
+    suspend_time: float | None = None
+    pre_suspend_seconds: float = 0.0
+
+    def suspended_seconds(self, now: float) -> float:
+        """Seconds Slurm has had the job suspended by `now` (0: never, or not known).
+
+        From `suspend_time` (Slurm's: when the job was last suspended or resumed) and
+        `pre_suspend_seconds` (SecsPreSuspend: its run time before the last suspend),
+        which `squeue --json` gives; `squeue -O` does not, and a job's suspensions are
+        then known only from sacct's Suspended.
+        """
+        if self.start_time is None or self.suspend_time is None:
+            return 0.0
+        until = now if self.state == "SUSPENDED" else self.suspend_time
+        return max(until - self.start_time - self.pre_suspend_seconds, 0.0)
+
+    def resumed_at(self) -> float | None:
+        """When a running job was last resumed after a suspension; None if never."""
+        if self.state != "RUNNING" or self.suspend_time is None:
+            return None
+        return self.suspend_time
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,9 @@ def _time(value: Cell) -> str:
 
 
 def _duration(value: Cell) -> str:
-    return format_elapsed(float(value)) if value is not None else ""
+    if value is None or isinstance(value, str) or not is_known(value):
+        return ""  # NaN: not recorded
+    return format_elapsed(float(value))
 
 
 def _limit(value: Cell) -> str:
@@ -106,6 +108,13 @@ def job_fields(currency: str = "") -> dict[str, Field]:
             _duration,
         ),
         Field("ElapsedRaw", 10, "Run time in seconds", _key("elapsed_seconds"), fmt_int),
+        Field(
+            "Suspended",
+            10,
+            "Time suspended [D-]HH:MM:SS (sacct's; not in Elapsed)",
+            _key("suspended_seconds"),
+            _duration,
+        ),
         Field("Timelimit", 10, "Time limit (from sacct)", _key("time_limit_seconds"), _limit),
         Field(
             "QueueWait", 10, "Start - Submit, [D-]HH:MM:SS", _key("queue_wait_seconds"), _duration
@@ -141,6 +150,13 @@ def job_fields(currency: str = "") -> dict[str, Field]:
             15,
             "GPU-hours held with no readings (agent down, GPU lost): neither active nor idle",
             _hours("missing_seconds"),
+            h4,
+        ),
+        Field(
+            "SuspendedGPUHours",
+            17,
+            "GPU-hours the job was suspended (not in GPUHours, as Slurm charges)",
+            _hours("suspended_gpu_seconds"),
             h4,
         ),
         Field(

@@ -372,6 +372,9 @@ def render_job(
         f"QueueWait {format_elapsed(wait) if wait is not None else '-'}  "
         f"Nodes {job.get('nodes') or '-'}  GPUs {job.get('alloc_gpus') or 0}"
     )
+    suspended = job.get("suspended_seconds")
+    if is_known(suspended) and _f(suspended) > 0:
+        lines[-1] += f"  Suspended {format_elapsed(_f(suspended))}"
     several = len(runs(gpus)) > 1  # requeued: each run's GPUs are rows of their own
     if several:
         lines[-1] += f"  Runs {len(runs(gpus))}"
@@ -403,6 +406,13 @@ def render_job(
         lines.append(
             f"  Missing GPU-hours {missing / 3600.0:.4f}{share}: held with no readings "
             "(agent down, GPU lost); neither active nor idle, charged all the same"
+        )
+    suspended_gpu = _f(job.get("suspended_gpu_seconds") or 0.0)
+    if suspended_gpu > 0:
+        lines.append(
+            f"  Suspended GPU-hours {suspended_gpu / 3600.0:.4f}: the GPUs stayed held while "
+            "Slurm had the job suspended; neither active nor idle, and not in the GPU-hours, "
+            "as Slurm charges ([cost] charge_suspended bills them)"
         )
     lines.append(_gpm_totals(job, gpus))
     if has_slot(gpus):

@@ -100,6 +100,8 @@ def render_page(report: MonthlyReport) -> str:
         _kpi("idle_cost", f"Idle cost ({cur})", o["idle_cost"], number(o["idle_cost"], 2)),
         _kpi("missing_gpu_hours", "Missing GPU-hours", o["missing_gpu_hours"],
              f"{number(o['missing_gpu_hours'])} ({number(o['missing_percent'])} %)"),
+        _kpi("suspended_gpu_hours", "Suspended GPU-hours (not charged)",
+             o["suspended_gpu_hours"], number(o["suspended_gpu_hours"])),
         _kpi("jobs", "GPU jobs", o["jobs"], number(o["jobs"])),
         _kpi("users", "Users / accounts", o["users"], f"{o['users']:,} / {o['accounts']:,}"),
         _kpi("energy", "GPU energy (kWh)", o["energy_kwh"], number(o["energy_kwh"])),
@@ -115,6 +117,7 @@ def render_page(report: MonthlyReport) -> str:
         col("Jobs", "jobs", 0), col("GPU-hours", "gpu_hours", 2), col(money, "cost", 2),
         col("Util %", "util_mean_percent"), col("Idle GPU-h", "idle_gpu_hours", 2),
         col("Idle %", "idle_percent"), col("Missing GPU-h", "missing_gpu_hours", 2),
+        col("Suspended GPU-h", "suspended_gpu_hours", 2),
         col("GPU-mem GiB-h", "gpu_mem_hours", 0), col("Energy kWh", "energy_kwh"),
     ]  # fmt: skip
     total_row = {**o, "key": "TOTAL", "_total": True}

@@ -225,6 +225,13 @@ def report_fields(
         Field(
             "MissingPct", 10, "Missing share of the GPU-hours, %", _get("missing_percent"), fixed(1)
         ),
+        Field(
+            "SuspendedGPUHours",
+            17,
+            "GPU-hours suspended (not in GPUHours, as Slurm charges)",
+            _get("suspended_gpu_hours"),
+            h4,
+        ),
         Field("EnergyKWh", 9, "GPU energy, kWh", _get("energy_kwh"), fixed(5)),
         Field("Cost", 10, f"Cost by [cost] prices{cost_unit}", _get("cost"), fixed(2)),
         *(

@@ -388,6 +388,9 @@ def _job_from_json(record: Mapping[str, Any], tz: dt.tzinfo | None) -> tuple[Slu
         het_job_offset=het_offset,
         admin_comment=_text(record.get("admin_comment")),
         comment=_text(record.get("comment")),
+        # Slurm's suspend_time is 0 for a job never suspended (job_info.c).
+        suspend_time=parse_slurm_time(record.get("suspend_time"), tz) or None,
+        pre_suspend_seconds=json_number(record.get("pre_sus_time")) or 0.0,
     )
     if not job.user:
         raise ValueError("no user_name")

@@ -360,3 +360,24 @@ def test_deadline_is_idle_start_plus_cancel_after_when_warned_in_time() -> None:
     verdicts = evaluate([job()], [gpu(idle_minutes=70)], NOW, settings, warned=warned)
     expected = [NOW - 70 * MIN + 3 * 3600]
     assert expected == [v.deadline for v in verdicts]
+
+
+def test_a_suspended_job_is_neither_warned_nor_cancelled() -> None:
+    """Suspended 70 min with its GPUs quiet (a stopped job runs no kernels): no verdict."""
+    suspended = job(state="SUSPENDED", suspend_time=NOW - 70 * MIN, pre_suspend_seconds=110 * MIN)
+    warned = {(1, "idle_gpu"): NOW - 16 * MIN}
+    expected: list[Verdict] = []
+    assert expected == evaluate([suspended], [gpu(idle_minutes=70)], NOW, CONFIG, warned=warned)
+
+
+def test_the_idle_clock_starts_again_at_the_resume() -> None:
+    """Active until its suspension 70 min ago, resumed 10 min ago: idle 10 min, not 70."""
+    resumed = job(suspend_time=NOW - 10 * MIN, pre_suspend_seconds=110 * MIN)
+    assert 60 * MIN == resumed.suspended_seconds(NOW)
+    expected: list[Verdict] = []
+    assert expected == evaluate([resumed], [gpu(idle_minutes=70)], NOW, CONFIG)
+    # Idle 47 min since its resume: warned for those 47 min only.
+    later = job(suspend_time=NOW - 47 * MIN, pre_suspend_seconds=60 * MIN)
+    verdicts = evaluate([later], [gpu(idle_minutes=120)], NOW, CONFIG)
+    assert [("idle_gpu", Action.WARN, 1)] == actions(verdicts)
+    assert ("idle_seconds", 47 * MIN) in verdicts[0].details

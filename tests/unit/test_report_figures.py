@@ -238,7 +238,7 @@ def test_job_totals_are_a_pandas_group_by(frame: pd.DataFrame) -> None:
             "active_seconds": active,
             "idle_seconds": idle,
             "missing_seconds": missing,
-            "suspended_seconds": float(part["suspended_seconds"].sum()),
+            "suspended_gpu_seconds": float(part["suspended_seconds"].sum()),
             "util_mean_percent": util,
             "util_max_percent": float(umax.max()) if len(umax) else None,
             "mem_max_bytes": int(mem.max()) if len(mem) else None,

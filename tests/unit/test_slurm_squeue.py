@@ -8,6 +8,7 @@ GPUs, a job pending on --begin, jobs with odd names (HTML, unicode, `|`, a newli
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pytest
@@ -311,3 +312,32 @@ def test_running_owners_reports_lines_it_cannot_read() -> None:
     owners, problems = squeue.parse_running_owners("7|alice|physics\n²|bob|bio\nnoise\n\n")
     assert ({7: squeue.JobOwner("alice", "physics")}, 2) == (owners, len(problems))
     assert problems[0].startswith("squeue -o %A|%u|%a: line 2: unparsable")
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_json_suspension_times_give_the_suspended_seconds(wrapped: bool) -> None:
+    """suspend_time (last suspend or resume) and pre_sus_time, as 22.05 and v0.0.40 print.
+
+    Started at 1000, ran 50 s, suspended at 1050: at 1170 it has been suspended 120 s; once
+    resumed at 1170 it keeps those 120 s and its idle clock starts again at 1170.
+    """
+
+    def number(n: int) -> object:
+        return {"set": True, "infinite": False, "number": n} if wrapped else n
+
+    record = json.loads((DATA / "squeue-22.05.json").read_text())["jobs"][0]
+    record.update(job_state="SUSPENDED", start_time=number(1000), suspend_time=number(1050))
+    record.update(pre_sus_time=number(50))
+    [suspended] = squeue.parse_squeue_json(json.dumps({"jobs": [record]})).jobs
+    assert (1050.0, 50.0, None) == (
+        suspended.suspend_time,
+        suspended.pre_suspend_seconds,
+        suspended.resumed_at(),
+    )
+    assert 120.0 == suspended.suspended_seconds(1170.0)
+    record.update(job_state="RUNNING", suspend_time=number(1170))
+    [resumed] = squeue.parse_squeue_json(json.dumps({"jobs": [record]})).jobs
+    assert (1170.0, 120.0) == (resumed.resumed_at(), resumed.suspended_seconds(5000.0))
+    record.update(suspend_time=number(0))  # never suspended
+    [plain] = squeue.parse_squeue_json(json.dumps({"jobs": [record]})).jobs
+    assert (None, 0.0) == (plain.resumed_at(), plain.suspended_seconds(5000.0))

@@ -4,6 +4,9 @@ A job with some idle and some busy GPUs gets a NOTICE, never a cancel; a job wit
 that has no fresh reading gets an Action.NONE verdict, since unknown is not idle. When
 that job had been warned, the verdict says the warning is suspended, and why.
 
+A suspended job is not judged (only RUNNING jobs are), and its suspended time is not
+idle: after `scontrol resume` its idle clock starts again at the resume.
+
 Only measured time is idle: a gap in a GPU's readings (agent down, GPU lost, a restarted
 agent) resets its idle clock, which starts again at `GpuActivity.measured_since`, where
 the current unbroken run of readings began. A job is never warned or cancelled for time
@@ -103,6 +106,11 @@ def _judged(ctx: Context, job: SlurmJob, mine: Sequence[GpuActivity]) -> Verdict
     threshold = ctx.config.node.active_threshold_percent
     by_sm = settings.signal == "sm_active"
     job_start = job.start_time
+    job_resumed = job.resumed_at()
+    if job_resumed is not None and (job_start is None or job_resumed > job_start):
+        # A stopped job runs no kernels: its time suspended is not idle, so the idle clock
+        # starts again at its resume (earlier suspensions all lie before that).
+        job_start = job_resumed
     idle_for: list[float] = []
     resumed: list[float] = []  # where a gap in the readings restarted a GPU's idle clock
     by_util: list[GpuActivity] = []  # signal sm_active, but SM activity not measured here
