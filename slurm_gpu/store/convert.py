@@ -93,6 +93,7 @@ JOB_COLUMNS = (
     "gpus",
     "restart",
     "sluid",
+    "suspended_seconds",
 )
 # States the hooks derive; a state set from Slurm (CANCELLED, TIMEOUT...) is never replaced.
 HOOK_STATES = frozenset({"RUNNING", "COMPLETED", "FAILED"})

@@ -121,3 +121,32 @@ def test_every_sum_of_a_period_is_the_same_from_the_rollups_and_the_raw_rows(
             assert expected == pytest.approx(actual, rel=1e-9, abs=1e-6), name
     finally:
         store.dispose()
+
+
+def test_a_suspended_jobs_suspension_is_in_both_sources_and_not_in_its_gpu_hours(
+    store: Store,
+) -> None:
+    """2 GPUs 330 s, 120 s of it suspended (sacct's Suspended): 2 x 210 s held, 2 x 120 s
+    suspended, idle only what was measured idle besides, from the rollups and the raw rows.
+    """
+    store = Store(
+        store.engine.url.render_as_string(hide_password=False), cluster=f"c{next(CLUSTERS)}"
+    )
+    try:
+        fill(store, [(H, 330.0, 2, 60.0, 0.0, False, None)])
+        store.upsert_jobs([{"job_id": 1, "suspended_seconds": 120.0}])  # `slurm-gpu sync`
+        since, until, now = NOV, NOV + 24 * H, NOV + 90 * 24 * H
+        folded, _ = period_usage(store, since, until, now, ROOT, cost=COST)
+        usage = load_usage(
+            store, since=since, until=until, now=now, sacct_jobs=None, scope=ROOT, cost=COST
+        )
+        raw, _ = raw_sums(usage, since, until, now)
+        for sums in (folded, raw):
+            assert 2 * 210.0 == pytest.approx(float(sums["gpu_seconds"].sum()))
+            assert 2 * 120.0 == pytest.approx(float(sums["suspended_seconds"].sum()))
+            # 60 % of 330 s active: 198 s; the 132 s idle hold the 120 s suspended.
+            assert 2 * 198.0 == pytest.approx(float(sums["active_seconds"].sum()))
+            assert 2 * 210.0 * 2.0 / 3600 == pytest.approx(float(sums["cost"].sum()))
+        assert 210.0 == float(usage.jobs["elapsed_seconds"].iloc[0])
+    finally:
+        store.dispose()
