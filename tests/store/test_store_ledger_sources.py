@@ -126,8 +126,9 @@ def test_every_sum_of_a_period_is_the_same_from_the_rollups_and_the_raw_rows(
 def test_a_suspended_jobs_suspension_is_in_both_sources_and_not_in_its_gpu_hours(
     store: Store,
 ) -> None:
-    """2 GPUs 330 s, 120 s of it suspended (sacct's Suspended): 2 x 210 s held, 2 x 120 s
-    suspended, idle only what was measured idle besides, from the rollups and the raw rows.
+    """2 GPUs 330 s, 120 s of it suspended: 2 x 210 s held, 2 x 120 s suspended.
+
+    Idle is only what was measured idle besides, from the rollups and the raw rows alike.
     """
     store = Store(
         store.engine.url.render_as_string(hide_password=False), cluster=f"c{next(CLUSTERS)}"
