@@ -8,7 +8,9 @@ Summed over the job's nodes; util_avg is weighted by GPU-seconds. Unknown is lef
 never written as 0: a job with no utilization reading at all (its node's agent down,
 a job that failed before the first sample) has no util_avg and util_max, and one with no
 energy reading no energy_j. `missing_s` is the GPU-seconds held with no readings (agent
-down, GPU lost), `missing=1` when there are any. Anything else in the AdminComment
+down, GPU lost), `missing=1` when there are any. `susp_s` (v2, when the job was
+suspended) is the part of `gpu_s` Slurm had the job suspended: neither active nor idle
+nor missing, and not in Slurm's charge (Elapsed x GPUs = gpu_s - susp_s). Anything else in the AdminComment
 (other tools, admins' notes) is kept; only our token is replaced.
 
 Version 2 is version 1 plus optional NVML GPM fields (Hopper and newer GPUs); every v1
@@ -35,6 +37,7 @@ from collections.abc import Sequence
 
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.slurm.runner import CommandRunner
+from slurm_gpu.slurm.timespec import parse_elapsed
 
 TOKEN_VERSION = 2
 TOKEN_PREFIX = f"slurm-gpu:v{TOKEN_VERSION}:"
@@ -70,8 +73,24 @@ def _gpm_fields(summaries: Sequence[JobGpuSummary]) -> dict[str, str | None]:
     return fields
 
 
-def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
-    """The token (v2) for all GPUs of one job (all nodes); unknown fields left out."""
+def _suspended_and_comment(line: str) -> tuple[float, str]:
+    """sacct's `Suspended|AdminComment` line: suspended seconds (0 if none) and the comment."""
+    head, bar, rest = line.partition("|")
+    try:
+        seconds = parse_elapsed(head) if bar else None
+    except ValueError:
+        seconds = None
+    if seconds is None:
+        return 0.0, line  # no Suspended field before the comment
+    return seconds, rest
+
+
+def summary_token(summaries: Sequence[JobGpuSummary], suspended_seconds: float = 0.0) -> str:
+    """The token (v2) for all GPUs of one job (all nodes); unknown fields left out.
+
+    `suspended_seconds`: how long Slurm had the job suspended (sacct's Suspended); each
+    GPU row spans it, and `susp_s` is their GPU-seconds suspended (written when any).
+    """
     gpu_s = sum(s.gpu_seconds for s in summaries)
     known = [(s.util_mean_percent, s.gpu_seconds) for s in summaries if s.reading_count > 0]
     utils = [(u, w) for u, w in known if u is not None]
@@ -85,6 +104,7 @@ def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
     mems = [s.mem_max_bytes for s in summaries if s.mem_max_bytes is not None]
     energies = [s.energy_joules for s in summaries if s.energy_joules is not None]
     missing_s = sum(s.missing_seconds for s in summaries)
+    susp_s = sum(min(max(suspended_seconds, 0.0), s.gpu_seconds) for s in summaries)
     # A requeued job (Slurm runs it again under its id) sums every run; `gpus` is the most
     # GPUs one run held at once, and `runs=N` is added when it ran more than once.
     per_run: dict[int, int] = {}
@@ -101,6 +121,7 @@ def summary_token(summaries: Sequence[JobGpuSummary]) -> str:
         "missing_s": f"{missing_s:.0f}",
         "missing": "1" if any(s.missing for s in summaries) else "0",
         "runs": str(len(per_run)) if len(per_run) > 1 else None,
+        "susp_s": f"{susp_s:.0f}" if susp_s > 0 else None,
         **_gpm_fields(summaries),
     }
     return TOKEN_PREFIX + ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
@@ -141,12 +162,13 @@ def write_job_summary(
     through `sacctmgr modify job`, which edits the accounting record (`sacct -o
     AdminComment` shows it).
     """
-    where = ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "AdminComment"]
+    # Suspended first: the AdminComment (anything, `|` included) is the rest of the line.
+    where = ["sacct", "-X", "-n", "-P", "-j", str(job_id), "-o", "Suspended,AdminComment"]
     if cluster:
         where += ["-M", cluster]
     lines = run(where).splitlines()
-    current = lines[0] if lines else ""
-    merged = merge_token(current, summary_token(summaries))
+    suspended, current = _suspended_and_comment(lines[0] if lines else "")
+    merged = merge_token(current, summary_token(summaries, suspended))
     argv = ["sacctmgr", "-i", "modify", "job", "where", f"jobid={job_id}"]
     if cluster:
         argv.append(f"cluster={cluster}")

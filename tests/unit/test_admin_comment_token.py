@@ -158,3 +158,21 @@ def test_write_job_summary_sends_the_v2_token_to_sacctmgr() -> None:
     assert merged.startswith("ticket 7 slurm-gpu:v2:")
     assert f"AdminComment={merged}" == calls[-1][-1]
     assert "30.0" == parse_token(merged)["sm_avg"]
+
+
+def test_a_suspended_jobs_token_says_how_long_its_gpus_were_suspended() -> None:
+    """sacct's Suspended comes first on its line; the site's comment may hold `|`."""
+    calls: list[list[str]] = []
+
+    def run(argv: Sequence[str]) -> str:
+        calls.append(list(argv))
+        return "00:02:00|ticket|7\n" if argv[0] == "sacct" else ""
+
+    merged = write_job_summary(run, 5, [gpu("G0", 1.0), gpu("G1", 1.0)])
+    assert "Suspended,AdminComment" in calls[0]
+    assert merged.startswith("ticket|7 slurm-gpu:v2:")
+    token = parse_token(merged)
+    assert str(2 * 120) == token["susp_s"]
+    assert "susp_s" not in parse_token(
+        write_job_summary(lambda argv: "00:00:00|\n", 6, [gpu("G0", 1.0)])
+    )
