@@ -10,8 +10,8 @@ a job that failed before the first sample) has no util_avg and util_max, and one
 energy reading no energy_j. `missing_s` is the GPU-seconds held with no readings (agent
 down, GPU lost), `missing=1` when there are any. `susp_s` (v2, when the job was
 suspended) is the part of `gpu_s` Slurm had the job suspended: neither active nor idle
-nor missing, and not in Slurm's charge (Elapsed x GPUs = gpu_s - susp_s). Anything else in the AdminComment
-(other tools, admins' notes) is kept; only our token is replaced.
+nor missing, and not in Slurm's charge (Elapsed x GPUs = gpu_s - susp_s). Anything
+else in the AdminComment (other tools, admins' notes) is kept; only our token is replaced.
 
 Version 2 is version 1 plus optional NVML GPM fields (Hopper and newer GPUs); every v1
 field keeps its name and meaning, so a v1 reader (which takes `slurm-gpu:v<N>:` and its
