@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from slurm_gpu.config import load_config
+from slurm_gpu.store import Store
 from slurm_gpu.store.control import AuditEntry, ControlStore
 from tests.integration.testbed import TestBed
 
@@ -107,6 +109,12 @@ def controllers(testbed: TestBed, config: Path, count: int = 1) -> Iterator[None
             proc.wait(timeout=30)
         for log in logs:
             log.close()
+
+
+def control_store(testbed: TestBed) -> ControlStore:
+    """The bed's control store (audit, warnings), as the bed's config names it."""
+    config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
+    return ControlStore(Store(config.store.url, cluster=config.cluster.name))
 
 
 def audit_of(control: ControlStore, job: int) -> list[AuditEntry]:
