@@ -15,13 +15,12 @@ import os
 import signal
 import subprocess
 import time
-from typing import Any
 
 import pytest
 
 from slurm_gpu.store import Store
 from tests.integration.controlbed import controllers, write_config
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import TestBed, wait_for
 from tests.receivers import smtp_receiver
 
 pytestmark = pytest.mark.slurm
@@ -33,15 +32,6 @@ def node_state(testbed: TestBed, node: str) -> str:
     """sinfo's long state of a node (a line per partition: the first)."""
     out = testbed.run("sinfo", "-h", "-n", node, "-N", "-o", "%T").stdout.splitlines()
     return out[0].strip() if out else ""
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def sim_gpu(testbed: TestBed, *args: str) -> None:

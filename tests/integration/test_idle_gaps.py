@@ -15,8 +15,7 @@ import pytest
 
 from slurm_gpu.store import Store
 from tests.integration.controlbed import audit_of, controllers, write_config
-from tests.integration.test_node_policies import wait_for
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import TestBed, wait_for
 from tests.receivers import smtp_receiver
 
 pytestmark = pytest.mark.slurm

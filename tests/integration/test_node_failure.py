@@ -23,7 +23,7 @@ from slurm_gpu.slurm.admin_comment import parse_token
 from slurm_gpu.slurm.squeue import parse_slurm_time
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import gpu_intervals
-from tests.integration.testbed import TestBed, wait_summaries
+from tests.integration.testbed import TestBed, wait_for, wait_summaries
 
 pytestmark = pytest.mark.slurm
 
@@ -33,16 +33,6 @@ IN_SERVICE = ("idle", "mixed", "allocated")
 def node_state(testbed: TestBed, node: str) -> str:
     out = testbed.run("sinfo", "-h", "-n", node, "-N", "-o", "%T").stdout.splitlines()
     return out[0].strip() if out else ""
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def covered_after(store: Store, job: int, when: float) -> float:

@@ -23,7 +23,7 @@ import pytest
 
 from slurm_gpu.store import Store
 from tests.integration.controlbed import controllers, slurm_gpu, write_config
-from tests.integration.testbed import TestBed
+from tests.integration.testbed import TestBed, wait_for
 from tests.receivers import smtp_receiver
 
 pytestmark = pytest.mark.slurm
@@ -33,15 +33,6 @@ def node_field(testbed: TestBed, node: str, field: str) -> str:
     """One sinfo field of a node (%T state, %E reason); sinfo prints a line per partition."""
     out = testbed.run("sinfo", "-h", "-n", node, "-N", "-o", field).stdout.splitlines()
     return out[0].strip() if out else ""
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ own mode, by jobs of QOS urgent; nothing preempts QOS normal. Side by side:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -31,7 +30,7 @@ from slurm_gpu.slurm.squeue import parse_slurm_time
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import gpu_intervals
 from tests.integration.controlbed import audit_of, controllers, slurm_gpu, write_config
-from tests.integration.testbed import TestBed, wait_summaries
+from tests.integration.testbed import TestBed, wait_for, wait_summaries
 from tests.receivers import smtp_receiver
 
 pytestmark = pytest.mark.slurm
@@ -40,16 +39,6 @@ pytestmark = pytest.mark.slurm
 RERUN = '$([ "${SLURM_RESTART_COUNT:-0}" -gt 0 ] && echo 10 || echo 300)'
 SPIKY = ("--pattern", "spiky", "--util", "70", "--period", "20", "--duty", "0.5")
 SUSPENDED_FOR = 45  # the SUSPEND preemptor's run: longer than the idle policy's cancel_after
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def free_cpus(testbed: TestBed, node: str) -> int:

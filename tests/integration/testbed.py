@@ -10,8 +10,10 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from slurm_gpu.models import JobGpuSummary
 from slurm_gpu.store import Store
@@ -257,6 +259,17 @@ class TestBed:
             timeout=60,
         ).stdout
         return json.loads(out)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    """Polls `predicate` every 0.5 s until it returns something true, and returns that."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def wait_summaries(
