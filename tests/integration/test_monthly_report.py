@@ -194,20 +194,25 @@ def test_monthly_report_in_chromium(testbed: TestBed, evil_job: int) -> None:
 
 
 def summed_gpu_hours(testbed: TestBed, month: str) -> float:
-    """GPU-hours of the month from the job summaries alone, prorated by hand."""
+    """GPU-hours of the month from the job summaries, prorated by hand.
+
+    A GPU row's GPU-hours leave out the time Slurm had its job suspended, as sacct's
+    Elapsed does (the jobs' `suspended_seconds`, stored by `slurm-gpu sync`).
+    """
     config = load_config(Path(testbed.env["SLURM_GPU_CONFIG"]))
     store = Store(config.store.url, cluster=config.cluster.name)
     try:
         first = dt.datetime.strptime(month, "%Y-%m").astimezone()
         since = first.timestamp()
         until = (first.replace(day=28) + dt.timedelta(days=4)).replace(day=1).timestamp()
-        ids = [int(r["job_id"]) for r in store_usage.jobs_in_window(store, since, until)]
+        window = store_usage.jobs_in_window(store, since, until)
+        suspended = {int(r["job_id"]): float(r.get("suspended_seconds") or 0.0) for r in window}
         total = 0.0
-        for s in store_usage.summaries_for(store, ids):
+        for s in store_usage.summaries_for(store, list(suspended)):
             length = s.end - s.start
             inside = min(s.end, until) - max(s.start, since)
             share = min(max(inside / length, 0.0), 1.0) if length > 0 else 1.0
-            total += s.gpu_seconds * share
+            total += (s.gpu_seconds - min(suspended[s.job_id], s.gpu_seconds)) * share
         return total / 3600.0
     finally:
         store.dispose()

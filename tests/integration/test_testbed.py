@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from tests.integration.testbed import LAUNCHER, TestBed
+from slurm_gpu.config import load_config
+from slurm_gpu.store import Store
+from tests.integration.testbed import LAUNCHER, TestBed, wait_summaries
 
 # All GPUs of a node as pynvml sees them: minor, utilization, memory, process pids.
 READ_ALL_GPUS = """
@@ -173,7 +175,10 @@ def _netns() -> set[str]:
 
 
 def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
-    """up brings up 2 idle nodes; a second up changes nothing; down leaves no daemon."""
+    """up brings up 2 idle nodes; a second up changes nothing; down leaves no daemon.
+
+    An up in another layout restarts the bed in it: the demo's, then the tests' again.
+    """
     state = Path("/var/tmp/slurm-gpu-cluster-lifecycle-test")
     shutil.rmtree(state, ignore_errors=True)
     ports = {
@@ -199,6 +204,26 @@ def test_launcher_lifecycle_on_a_fresh_state_dir() -> None:
         assert "nothing to do" in second.stderr
         assert {p.name: p.read_text() for p in (state / "run").glob("*.pid")} == pids
         assert {p: p.stat().st_mtime_ns for p in (state / "etc").iterdir()} == mtimes
+
+        # The README's two commands in a row (issue 25 item 5): the demo brings the bed up
+        # in its layout (agents write SQLite), then tests/run in the tests' (collector).
+        demo = bed.launcher("up", extra_env={"SLURM_GPU_BED_STORE": "sqlite"})
+        assert "restarting it with sqlite" in demo.stderr, demo.stderr
+        assert "sqlite" == (state / "etc" / "bed-store").read_text().strip()
+        tests = bed.launcher("up")
+        assert "restarting it with collector" in tests.stderr, tests.stderr
+        assert "collector" == (state / "etc" / "bed-store").read_text().strip()
+        pids = {p.name: p.read_text() for p in (state / "run").glob("*.pid")}
+        job = bed.submit(
+            "alice", "--gres=gpu:1", wrap=bed.gpu_load("--util", "50", "--seconds", "3")
+        )
+        assert "COMPLETED" == bed.wait_done(job)
+        config = load_config(Path(bed.env["SLURM_GPU_CONFIG"]))
+        store = Store(config.store.url, cluster=config.cluster.name)
+        try:
+            assert 1 == len(wait_summaries(store, job, 1))  # through the collector again
+        finally:
+            store.dispose()
     finally:
         others = {n for n in _netns() if not n.startswith("sgpu-17817-")}
         # Only the state dir, as a user would: `down` must find the bed's own network from
