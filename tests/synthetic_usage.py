@@ -45,6 +45,7 @@ from slurm_gpu.reports.usage import JobFilter
 from slurm_gpu.store import Store
 from slurm_gpu.store.schema import (
     job_usage,
+    jobs,
     usage_across,
     usage_daily,
     usage_monthly,
@@ -216,6 +217,8 @@ def fill(store: Store, seed: int = 11) -> None:
                 "end_time": start + seconds,
                 "nodes": ",".join(nodes),
                 "gpus": 2 * len(nodes) if shape == 0 else len(nodes),
+                # Some jobs were suspended a fifth of their time (sacct's Suspended).
+                "suspended_seconds": seconds / 5 if job % 5 == 2 else None,
             }
         )
     # Running (intervals only) and ended with no summary (all of it missing).
@@ -383,6 +386,19 @@ def job_across(store: Store, job: int, start: float, end: float) -> None:
     )
     rng = random.Random(job)
     store.add_summaries([summary(job, 0, "gpu2", "GPU-gpu2-1", H100, start, end - start, rng)])
+
+
+def suspensions(store: Store) -> list[dict[str, Any]]:
+    """The jobs' suspended seconds (sacct's), to write again as `slurm-gpu sync` would.
+
+    A downgrade below revision 0016 drops them.
+    """
+    j = jobs.c
+    query = sa.select(j.job_id, j.suspended_seconds).where(
+        j.cluster == store.cluster, j.suspended_seconds.is_not(None)
+    )
+    with store.reading("test: suspended seconds") as conn:
+        return [{"job_id": int(i), "suspended_seconds": float(v)} for i, v in conn.execute(query)]
 
 
 def downgrade(store: Store, revision: str) -> None:

@@ -26,11 +26,10 @@ import pandas as pd
 
 from slurm_gpu.ledger import periods, time
 from slurm_gpu.reports import grouped, rollups
-from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, fill_models, gpu_rows, stored_jobs
-from slurm_gpu.reports.pricing import add_cost
+from slurm_gpu.reports.frames import GPU_COLUMNS, Unsummarized, gpu_rows, stored_jobs
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.sums import priced
-from slurm_gpu.reports.usage import JobFilter, Usage, alloc_or_counted, select
+from slurm_gpu.reports.usage import JobFilter, Usage, alloc_or_counted, ledger_rows, select
 from slurm_gpu.store import monthly_reads, queries, rollup_reads, usage_rollup
 
 JOB_FACTS = ("job_id", "partition", "start_time", "submit_time")
@@ -137,9 +136,16 @@ def _folded_bins(
     ids = rows["job_id"].astype("int64")
     # One fraction per job: each of its GPU rows is prorated by the job's times.
     fraction = _job_fraction(jobs, since, until).reindex(ids).to_numpy(dtype=float)
+    # The bins sum the summaries' spans; a job's held GPU-seconds (the ledger's, folded)
+    # leave out its suspended time, which each of its GPU rows spans alike.
+    per_job = folded.groupby("job_id")[["gpu_seconds", "suspended_seconds"]].sum()
+    span = per_job["gpu_seconds"] + per_job["suspended_seconds"]
+    held = (per_job["gpu_seconds"] / span.where(span > 0)).fillna(1.0)
     return rows.assign(
         job_id=ids.to_numpy(),
-        gpu_seconds=rows["gpu_seconds"].to_numpy(dtype=float) * fraction,
+        gpu_seconds=rows["gpu_seconds"].to_numpy(dtype=float)
+        * fraction
+        * held.reindex(ids).to_numpy(dtype=float),
         rows=rows["rows"].astype("int64"),
     )
 
@@ -174,7 +180,8 @@ def _unfolded(
         start_time=pd.to_numeric(rows["start_time"], errors="coerce").to_numpy(dtype=float),
         end_time=pd.to_numeric(rows["end_time"], errors="coerce").to_numpy(dtype=float),
         submit_time=pd.to_numeric(rows["submit_time"], errors="coerce").to_numpy(dtype=float),
-        full_seconds=rows["gpu_seconds"].to_numpy(dtype=float)
+        # The ledger's held GPU-seconds (suspended time out), as the folded rows' are.
+        full_seconds=raw["gpu_seconds"].to_numpy(dtype=float)
         / np.where(fraction > 0, fraction, 1.0),
     )
     for name in usage_rollup.OWNER:
@@ -194,7 +201,7 @@ def _unfolded(
         {
             "job_id": raw["job_id"].to_numpy(),
             "bin": binned.astype("int64"),
-            "gpu_seconds": rows["gpu_seconds"].to_numpy(dtype=float),
+            "gpu_seconds": raw["gpu_seconds"].to_numpy(dtype=float),  # the ledger's held
             "rows": np.ones(len(rows), dtype="int64"),
         }
     )
@@ -220,7 +227,7 @@ def jobs_usage(env: ReportEnv, ids: Sequence[int], filters: JobFilter) -> Usage:
     gpus = gpu_rows(store, wanted, summary_rows, GPU_COLUMNS, unsummarized)
     if not gpus.empty:
         jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
-    gpus = add_cost(fill_models(gpus, store), jobs, env.config.cost)
+    gpus = ledger_rows(gpus, jobs, store, env.config.cost)
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
 
 

@@ -45,7 +45,6 @@ from slurm_gpu.ledger import periods, pricing
 from slurm_gpu.reports.frames import (
     GPU_COLUMNS,
     Unsummarized,
-    fill_models,
     gpu_rows,
     stored_jobs,
 )
@@ -58,10 +57,16 @@ from slurm_gpu.reports.grouped import (
     report_of,
     with_counts,
 )
-from slurm_gpu.reports.pricing import add_cost
 from slurm_gpu.reports.summary import Report
 from slurm_gpu.reports.sums import priced
-from slurm_gpu.reports.usage import JobFilter, Usage, alloc_or_counted, load_usage, select
+from slurm_gpu.reports.usage import (
+    JobFilter,
+    Usage,
+    alloc_or_counted,
+    ledger_rows,
+    load_usage,
+    select,
+)
 from slurm_gpu.store import Store, queries, rollup_reads, usage_rollup
 from slurm_gpu.store.schema import (
     MEMBER_WEIGHTS,
@@ -385,7 +390,7 @@ def _raw_part(
     gpus = gpu_rows(store, wanted, summary_rows, read, unsummarized)
     if not gpus.empty:
         jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
-    gpus = add_cost(fill_models(gpus, store), jobs, cost)
+    gpus = ledger_rows(gpus, jobs, store, cost)
     usage = Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
     raw, rows = raw_sums(usage, since, until, now)
     if not len(raw):

@@ -10,7 +10,7 @@ from the totals of its stored per-minute intervals (reports/frames.py).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,12 +116,25 @@ def load_usage(
     if not gpus.empty:
         jobs["alloc_gpus"] = alloc_or_counted(jobs, gpus["job_id"].to_numpy())
     gres = {j.job_id: ",".join(t for t, _ in j.gpu_types) for j in sacct_jobs or () if j.gpu_types}
-    gpus = fill_models(gpus, store, gres)
-    gpus = with_suspended(gpus, jobs)
-    gpus = add_cost(gpus, jobs, cost)
+    gpus = ledger_rows(gpus, jobs, store, cost, gres)
     for name in ("user", "account", "partition"):
         jobs[name] = categorical(jobs[name])
     return Usage(jobs.reset_index(drop=True), gpus.reset_index(drop=True))
+
+
+def ledger_rows(
+    gpus: pd.DataFrame,
+    jobs: pd.DataFrame,
+    store: Store,
+    cost: CostSettings | None,
+    gres: Mapping[int, str] | None = None,
+) -> pd.DataFrame:
+    """A job frame's GPU rows as the ledger sums them, whoever read them.
+
+    Blank GPU models filled (`gres`: sacct's gres types by job), each row's job's
+    suspended seconds (`with_suspended`), and each row's charge (`add_cost`).
+    """
+    return add_cost(with_suspended(fill_models(gpus, store, gres), jobs), jobs, cost)
 
 
 def with_suspended(gpus: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:

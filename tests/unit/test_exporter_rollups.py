@@ -48,14 +48,24 @@ def store(synthetic: Path, tmp_path: Path) -> Iterator[Store]:
 def raw_counters(
     store: Store, cost: CostSettings | None
 ) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """{(user, account): (GPU-hours, active GPU-hours clipped, cost)} from every raw row."""
+    """{(user, account): (GPU-hours, active GPU-hours clipped, cost)} from every raw row.
+
+    Worked out here by hand from the GPU rows, their job's suspended seconds included.
+    """
     usage = load_usage(
         store, since=None, until=None, now=NOW, sacct_jobs=None, scope=ROOT, cost=cost
     )
     gpus = usage.gpus.merge(usage.jobs[["job_id", "user", "account"]], on="job_id")
-    held = gpus["gpu_seconds"].astype(float).fillna(0.0).to_numpy()
-    missing = np.minimum(gpus["missing_seconds"].astype(float).fillna(0.0).to_numpy(), held)
-    active = np.minimum(gpus["active_seconds"].astype(float).fillna(0.0).to_numpy(), held - missing)
+    span = gpus["gpu_seconds"].astype(float).fillna(0.0).to_numpy()
+    missing = np.minimum(gpus["missing_seconds"].astype(float).fillna(0.0).to_numpy(), span)
+    busy = np.minimum(gpus["active_seconds"].astype(float).fillna(0.0).to_numpy(), span - missing)
+    # The job's suspended seconds leave its held time (Slurm's charge): idle time first,
+    # then missing, then active.
+    paused = np.minimum(gpus["suspended_seconds"].astype(float).fillna(0.0).to_numpy(), span)
+    from_idle = np.minimum(paused, span - missing - busy)
+    from_missing = np.minimum(paused - from_idle, missing)
+    held = span - paused
+    active = busy - (paused - from_idle - from_missing)
     money = gpus["cost"].astype(float).fillna(0.0).to_numpy() if cost else np.zeros(len(gpus))
     out: dict[tuple[str, str], list[float]] = {}
     for user, account, h, a, c in zip(
