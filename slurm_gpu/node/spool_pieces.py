@@ -271,21 +271,16 @@ class PieceBatch:
 
     def flush(self, db: sqlite3.Connection) -> None:
         """Writes the pieces added since the last flush."""
-        if self._pieces:
-            db.executemany(_PIECE_UPSERT, self._pieces)
-            self._pieces.clear()
-        if self._totals:
-            db.executemany(_JOB_ACC_UPSERT, self._totals)
-            self._totals.clear()
-        if self._slot_pieces:
-            db.executemany(_SLOT_PIECE_UPSERT, self._slot_pieces)
-            self._slot_pieces.clear()
-        if self._slot_totals:
-            db.executemany(_SLOT_JOB_ACC_UPSERT, self._slot_totals)
-            self._slot_totals.clear()
-        if self._physical:
-            db.executemany(PHYSICAL_UPSERT, self._physical)
-            self._physical.clear()
+        for sql, rows in (
+            (_PIECE_UPSERT, self._pieces),
+            (_JOB_ACC_UPSERT, self._totals),
+            (_SLOT_PIECE_UPSERT, self._slot_pieces),
+            (_SLOT_JOB_ACC_UPSERT, self._slot_totals),
+            (PHYSICAL_UPSERT, self._physical),
+        ):
+            if rows:
+                db.executemany(sql, rows)
+                rows.clear()
 
 
 def add_piece(

@@ -191,13 +191,13 @@ def split_records(text: str, fields: Sequence[str] = FIELDS) -> list[dict[str, s
         SlurmError: the output has lines that belong to no record.
     """
     lines = text.split("\n")
-    first = lines[0].split(DELIMITER) if lines else []
-    if first and first[-1] == fields[-1] and set(first) <= set(fields):
-        fields, lines = tuple(first), lines[1:]
+    first = lines[0].split(DELIMITER)
+    if first[-1] == fields[-1] and set(first) <= set(fields):
+        fields = tuple(first)  # the header line itself is skipped below
     count = len(fields) - 1
     rows: list[list[str]] = []
     header = DELIMITER.join(fields)
-    for number, line in enumerate(lines, 1 + (len(text.split("\n")) - len(lines))):
+    for number, line in enumerate(lines, 1):
         if line == header:
             continue
         if line.count(DELIMITER) >= count:
