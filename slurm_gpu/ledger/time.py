@@ -80,6 +80,12 @@ def elapsed(start: Number, end: Number, suspended: Number = 0.0) -> Number:
     return _plain(np.maximum(span - paused, 0.0))
 
 
+# Held and missing seconds are sums of per-row differences, so a group measured not at
+# all can come out with a rounding residue of measured time (1e-11 s of 1e5 s held):
+# measured time below this share of the held time is that residue, not a reading.
+ROUNDING_SHARE = 1e-9
+
+
 def idle(held: Number, active: Number, missing: Number) -> Number:
     """Idle seconds of summed (row-clipped) held, active and missing seconds.
 
@@ -89,14 +95,21 @@ def idle(held: Number, active: Number, missing: Number) -> Number:
     gpu = np.asarray(held, dtype=float)
     measured = gpu - np.asarray(missing, dtype=float)
     out = np.maximum(measured - np.asarray(active, dtype=float), 0.0)
-    return _plain(np.where((gpu > 0) & (measured <= 0), np.nan, out))
+    return _plain(np.where(_unmeasured(gpu, measured), np.nan, out))
 
 
 def active(held: Number, active_seconds: Number, missing: Number) -> Number:
     """Active seconds of summed sums: as summed, NaN where nothing held was measured."""
     gpu = np.asarray(held, dtype=float)
     measured = gpu - np.asarray(missing, dtype=float)
-    return _plain(np.where((gpu > 0) & (measured <= 0), np.nan, active_seconds))
+    return _plain(np.where(_unmeasured(gpu, measured), np.nan, active_seconds))
+
+
+def _unmeasured(
+    held: npt.NDArray[np.float64], measured: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """Where GPU time was held but none of it (beyond rounding) was measured."""
+    return (held > 0) & (measured <= ROUNDING_SHARE * held)
 
 
 def _plain(value: npt.NDArray[np.float64]) -> Number:

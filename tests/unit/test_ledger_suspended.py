@@ -49,6 +49,18 @@ def test_suspension_while_the_agent_was_down_comes_out_of_missing() -> None:
     assert (180.0, 100.0, 80.0, 120.0) == (held, busy, lost, paused)
 
 
+def test_a_group_measured_not_at_all_is_unknown_despite_rounding() -> None:
+    """Summed per-row differences leave 3e-11 s of 'measured' time: still none measured.
+
+    Found by the pandas property test on CI: a wholly missing, suspended job showed 0 s
+    active and a hair of idle instead of unknown.
+    """
+    held, missing = 131073.08108353536, 131073.08108353533
+    assert math.isnan(time.idle(held, 0.0, missing))
+    assert math.isnan(time.active(held, 0.0, missing))
+    assert 1.0 == pytest.approx(time.idle(held, 0.0, missing - 1.0))  # one second is a reading
+
+
 def row(suspended: float | None) -> dict[str, list[float | None]]:
     return {
         "gpu_seconds": [330.0],

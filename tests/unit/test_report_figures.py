@@ -83,7 +83,8 @@ def time_split(part: pd.DataFrame) -> tuple[float, float | None, float | None, f
     missing_rows = np.minimum(part["missing_seconds"].fillna(0.0), gpu)
     missing = float(missing_rows.sum())
     measured = gpu_seconds - missing
-    if gpu_seconds > 0 and measured <= 0:
+    # Summed differences leave a rounding residue: the ledger's share counts as none.
+    if gpu_seconds > 0 and measured <= 1e-9 * gpu_seconds:
         return gpu_seconds, None, None, missing
     active = float(np.minimum(part["active_seconds"].fillna(0.0), gpu - missing_rows).sum())
     return gpu_seconds, active, max(measured - active, 0.0), missing
