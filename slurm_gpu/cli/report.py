@@ -146,15 +146,6 @@ def report_command(
         users=_split(users), accounts=_split(accounts), partitions=_split(partitions)
     )
     nodes = sorted({e.node for e in env.store.inventory()}) if group == "node" else []
-    # One road (issue 24): the period's sums (the rollups of folded jobs, the raw rows of
-    # the others; store/ knows which), the ledger's figures of them. PhysGPUHours (share x
-    # slot-hours) wherever a row is a MIG slice or a share.
-    slots = group == "slot" or rollups.has_slot_rows(env.store, since, until)
-    fields = report_fields(env.config.cost.currency, group, env.config.cost.charge, slots)
-    try:
-        columns = parse_format(fmt or ",".join(fields), fields)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
     shape: dict[str, Any] = {
         "since": since,
         "until": until,
@@ -175,6 +166,15 @@ def report_command(
             lag=env.freshness.interval_lag,
             **shape,
         )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    # One road (issue 24): the period's sums (the rollups of folded jobs, the raw rows of
+    # the others; store/ knows which), the ledger's figures of them. PhysGPUHours (share x
+    # slot-hours) wherever a row summed is a MIG slice or a share.
+    slots = group == "slot" or report.held_slots
+    fields = report_fields(env.config.cost.currency, group, env.config.cost.charge, slots)
+    try:
+        columns = parse_format(fmt or ",".join(fields), fields)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     period = f"{format_sacct_time(since, env.tz)} - {format_sacct_time(until, env.tz)}"

@@ -18,7 +18,14 @@ import pandas as pd
 
 from slurm_gpu.ledger import figures as ledger_figures
 from slurm_gpu.ledger import time
-from slurm_gpu.reports.summary import TOTAL, Report, prorated, slot_groups, sorted_rows
+from slurm_gpu.reports.summary import (
+    TOTAL,
+    Report,
+    has_slots,
+    prorated,
+    slot_groups,
+    sorted_rows,
+)
 from slurm_gpu.reports.sums import PRICED, gpu_sums, prorate
 from slurm_gpu.reports.usage import Usage
 from slurm_gpu.store import usage_rollup
@@ -125,7 +132,7 @@ def report_of(
     notes = []
     if len(sums) and float(sums[list(WAIT_HISTOGRAMS[weight])].to_numpy(dtype=float).sum()) > 0:
         notes.append(BUCKET_NOTE)
-    return Report(group, groups, total, waste, notes)
+    return Report(group, groups, total, waste, notes, held_slots=has_slots(sums))
 
 
 def with_counts(sums: pd.DataFrame, weights: Sequence[str]) -> pd.DataFrame:

@@ -193,11 +193,6 @@ def _empty_sums() -> pd.DataFrame:
     return pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
 
 
-def has_slot_rows(store: Store, since: float, until: float) -> bool:
-    """Whether any job of the period held a MIG slice or a share (PhysGPUHours shown)."""
-    return rollup_reads.slot_rows_exist(store, since, until)
-
-
 def whole_months(first: float, last: float) -> tuple[float, float]:
     """[a, b): the whole UTC months inside the whole days [first, last) (a == b: none)."""
     month = periods.month_of(first)

@@ -58,6 +58,8 @@ class Report:
     top_waste: list[dict[str, Any]]
     # How a figure was had where it is not exact (the usage rollups' queue wait p95).
     notes: list[str] = field(default_factory=list)
+    # Whether a row summed is a MIG slice or a share (PhysGPUHours then shown).
+    held_slots: bool = False
 
 
 def prorated(usage: Usage, since: float, until: float, now: float) -> pd.DataFrame:

@@ -30,23 +30,6 @@ Span = tuple[Literal["daily", "monthly", "across"], float, float]
 TABLES = {"daily": usage_daily, "monthly": usage_monthly, "across": usage_across}
 
 
-def slot_rows_exist(store: Store, since: float, until: float) -> bool:
-    """Whether any folded job of [since, until] held a MIG slice or a share."""
-    u = job_usage.c
-    query = (
-        sa.select(u.job_id)
-        .where(
-            u.cluster == store.cluster,
-            u.end_time >= since,
-            u.start_time <= until,
-            u.slot_kind != "gpu",
-        )
-        .limit(1)
-    )
-    with store.reading("reading whether the period held GPU slots") as conn:
-        return conn.execute(query).first() is not None
-
-
 def summed_usage(
     store: Store, spans: Sequence[Span], *, by_node: bool, figures: Sequence[str]
 ) -> list[tuple[Any, ...]]:

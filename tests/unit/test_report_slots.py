@@ -27,7 +27,7 @@ from slurm_gpu.reports.records import gpu_records, job_records
 from slurm_gpu.reports.render import parse_format, render
 from slurm_gpu.reports.service import ReportEnv
 from slurm_gpu.reports.summary import report_fields
-from slurm_gpu.reports.usage import load_usage
+from slurm_gpu.reports.usage import JobFilter, load_usage
 from slurm_gpu.store import Store
 from tests.usage_sources import as_source, period_report
 
@@ -157,6 +157,16 @@ def test_seven_slices_of_one_gpu_are_one_gpu_hour(store: Store) -> None:
         sum(r["physical_gpu_seconds"] for r in seven) / H,
         sum(r["cost"] for r in seven),
     )
+
+
+def test_report_knows_whether_its_rows_held_slots(store: Store) -> None:
+    """PhysGPUHours follows the rows the report summed: u13 held a whole H100 only."""
+    seen = {
+        users: period_report(store, "user", since=NOV, until=END, now=END, cost=PRICES,
+                             filters=JobFilter(users=users)).held_slots
+        for users in ((), ("u13",), ("u10",))
+    }  # fmt: skip
+    assert {(): True, ("u13",): False, ("u10",): True} == seen
 
 
 def test_report_fields_show_physical_hours_only_with_slots() -> None:
