@@ -63,7 +63,8 @@ def month_rows(
     `edges`: the utilization bins' (monthly_tables.py UTIL_BINS).
     """
     store, cost = env.store, env.config.cost
-    cells = rollups.boundary_cells(store, since, until, None, until)
+    owners = rollups.selected_owners(filters)
+    cells = rollups.boundary_cells(store, since, until, None, until, owners=owners)
     cells = rollups.visible(cells, env.scope, filters)
     cells = rollups.models_filled(cells, store).reset_index(drop=True)
     part = rollups.edge_part(cells, since, until, closed=True)

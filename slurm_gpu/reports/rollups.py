@@ -162,15 +162,19 @@ def period_usage(
     # (by owner and place but the node: `report node` reads those jobs one by one).
     across = whole and last == until and not by_node
     parts: list[pd.DataFrame] = []
+    owners = selected_owners(filters)
     if whole:
-        parts.append(rollup_sums(store, first, last, by_node=by_node, weights=weights))
+        parts.append(
+            rollup_sums(store, first, last, by_node=by_node, weights=weights, owners=owners)
+        )
         edges = [(since, first), (last, until)]
     else:
         edges = [(since, until)]
     if across:
-        parts.append(across_counts(store, last, weights=weights))
+        parts.append(across_counts(store, last, weights=weights, owners=owners))
+    first_cut = first if whole else None
     cells = models_filled(
-        boundary_cells(store, since, until, first if whole else None, last, counted_across=across),
+        boundary_cells(store, since, until, first_cut, last, counted_across=across, owners=owners),
         store,
     )
     for a, b in edges:
@@ -193,6 +197,11 @@ def _empty_sums() -> pd.DataFrame:
     return pd.DataFrame(columns=[*usage_rollup.OWNER, *USAGE_PLACE, *FIGURE_SUMS])
 
 
+def selected_owners(filters: JobFilter) -> rollup_reads.Owners:
+    """The owners -u/-A/-r select, for the database to select (`visible` checks again)."""
+    return {"user": filters.users, "account": filters.accounts, "partition": filters.partitions}
+
+
 def whole_months(first: float, last: float) -> tuple[float, float]:
     """[a, b): the whole UTC months inside the whole days [first, last) (a == b: none)."""
     month = periods.month_of(first)
@@ -204,7 +213,13 @@ def whole_months(first: float, last: float) -> tuple[float, float]:
 
 
 def rollup_sums(
-    store: Store, first: float, last: float, *, by_node: bool, weights: Sequence[str]
+    store: Store,
+    first: float,
+    last: float,
+    *,
+    by_node: bool,
+    weights: Sequence[str],
+    owners: rollup_reads.Owners | None = None,
 ) -> pd.DataFrame:
     """The rollups of the whole days [first, last), summed by the database per owner and place.
 
@@ -218,11 +233,17 @@ def rollup_sums(
         spans = [("daily", first, last)]
     figures = (*USAGE_SUMS, *USAGE_COUNTS, *counted_figures(weights))
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
-    rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures)
+    rows = rollup_reads.summed_usage(store, spans, by_node=by_node, figures=figures, owners=owners)
     return _frame(rows, names, figures)
 
 
-def across_counts(store: Store, midnight: float, *, weights: Sequence[str]) -> pd.DataFrame:
+def across_counts(
+    store: Store,
+    midnight: float,
+    *,
+    weights: Sequence[str],
+    owners: rollup_reads.Owners | None = None,
+) -> pd.DataFrame:
     """The counts of the jobs running across `midnight` (`usage_across`), as sums rows.
 
     Per owner and place (the node blank as `rollup_sums` blanks it without `by_node`),
@@ -231,7 +252,7 @@ def across_counts(store: Store, midnight: float, *, weights: Sequence[str]) -> p
     figures = counted_figures(weights)
     names = [*usage_rollup.OWNER, *USAGE_PLACE, *figures]
     span: list[rollup_reads.Span] = [("across", midnight, midnight + DAY)]
-    rows = rollup_reads.summed_usage(store, span, by_node=False, figures=figures)
+    rows = rollup_reads.summed_usage(store, span, by_node=False, figures=figures, owners=owners)
     counts = _frame(rows, names, figures)
     zeros = np.zeros((len(counts), len(USAGE_SUMS) + len(USAGE_COUNTS)))
     return pd.concat([counts, pd.DataFrame(zeros, columns=[*USAGE_SUMS, *USAGE_COUNTS])], axis=1)
@@ -245,6 +266,7 @@ def boundary_cells(
     last: float,
     *,
     counted_across: bool = False,
+    owners: rollup_reads.Owners | None = None,
 ) -> pd.DataFrame:
     """`job_usage` rows of jobs overlapping [since, until] that `usage_daily` does not cover.
 
@@ -258,7 +280,7 @@ def boundary_cells(
     ending after it, only the instant jobs at `last` are read.
     """
     rows, parts = rollup_reads.boundary_rows(
-        store, since, until, first, last, counted_across=counted_across
+        store, since, until, first, last, counted_across=counted_across, owners=owners
     )
     cells = _frame(rows, queries.JOB_USAGE_COLUMNS, (*usage_rollup.FIGURES, *MEMBER_WEIGHTS))
     if parts > 1 and len(cells):
@@ -420,15 +442,27 @@ def visible(frame: pd.DataFrame, scope: Scope, filters: JobFilter) -> pd.DataFra
 def usage_before(store: Store, before: float, cost: CostSettings | None) -> pd.DataFrame:
     """GPU-seconds, active seconds and cost per (user, account): folded jobs ended before.
 
-    Of the `job_usage` rows of jobs that ended before `before`, summed by the database
-    (the exporter's settled counters); active seconds clipped as the reports clip them.
+    The usage rollups of every month less the folded jobs ended at or after `before`
+    (`rollup_reads.settled_usage`), summed by the database (the exporter's settled
+    counters); active seconds clipped as the reports clip them.
     Only the sums returned and those the ledger's charge reads under `cost` are summed.
     """
     charged = pricing.charged_sums(cost) if cost is not None else ()
     figures = tuple(dict.fromkeys(("gpu_seconds", "active_seconds", *charged)))
-    rows = rollup_reads.settled_usage(store, before, figures)
-    names = ["user", "account", "node", "gpu_model", "mig_profile", "share", *figures]
-    frame = priced(models_filled(pd.DataFrame(rows, columns=names), store), cost)
+    every, later = rollup_reads.settled_usage(store, before, figures)
+    dims = ["user", "account", "node", "gpu_model", "mig_profile", "share"]
+    names = [*dims, *figures]
+    whole = pd.DataFrame(every, columns=names)
+    ended_later = pd.DataFrame(later, columns=names)
+    if len(ended_later):  # the sums less the later jobs', then priced as summed sums are
+        ended_later[list(figures)] = -ended_later[list(figures)].astype(float)
+        whole = (
+            pd.concat([whole, ended_later], ignore_index=True)
+            .groupby(dims, sort=False, dropna=False)[list(figures)]
+            .sum()
+            .reset_index()
+        )
+    frame = priced(models_filled(whole, store), cost)
     if not len(frame):
         return pd.DataFrame(columns=["user", "account", "gpu_seconds", "active_seconds", "cost"])
     return (

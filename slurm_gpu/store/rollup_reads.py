@@ -7,7 +7,7 @@ the figure is a sum, so what crosses into Python grows with owners and places, n
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import sqlalchemy as sa
@@ -27,11 +27,25 @@ from slurm_gpu.store.schema import (
 from slurm_gpu.store.store import Store
 
 Span = tuple[Literal["daily", "monthly", "across"], float, float]
+# The owners a report selects (-u/-A/-r): {"user"|"account"|"partition": values}; an
+# empty selection selects every owner. Read in the database, so that a report of one
+# account reads that account's rows, not the cluster's.
+Owners = Mapping[str, Sequence[str]]
 TABLES = {"daily": usage_daily, "monthly": usage_monthly, "across": usage_across}
 
 
+def owned(table: sa.Table, owners: Owners) -> list[Any]:
+    """The conditions selecting `owners` in a table of owner columns."""
+    return [table.c[name].in_(list(values)) for name, values in owners.items() if values]
+
+
 def summed_usage(
-    store: Store, spans: Sequence[Span], *, by_node: bool, figures: Sequence[str]
+    store: Store,
+    spans: Sequence[Span],
+    *,
+    by_node: bool,
+    figures: Sequence[str],
+    owners: Owners | None = None,
 ) -> list[tuple[Any, ...]]:
     """Rows (owner, place, figures...) of `usage_daily` / `usage_monthly` over the spans.
 
@@ -55,7 +69,12 @@ def summed_usage(
                 else usage_rollup.blank_model_node(t).label("node")
             )
             dims = [t.user, t.account, t.partition, node, *(t[n] for n in USAGE_PLACE[1:])]
-            where = (t.cluster == store.cluster, when >= low, when < high)
+            where = (
+                t.cluster == store.cluster,
+                when >= low,
+                when < high,
+                *owned(table, owners or {}),
+            )
             if (table is usage_monthly and periods.next_month(low) == high) or (
                 table is usage_across and high - low <= periods.DAY
             ):
@@ -93,6 +112,7 @@ def boundary_rows(
     last: float,
     *,
     counted_across: bool = False,
+    owners: Owners | None = None,
 ) -> tuple[list[tuple[Any, ...]], int]:
     """`job_usage` rows of jobs of [since, until] that the whole days [first, last) miss.
 
@@ -110,7 +130,10 @@ def boundary_rows(
     longest = longest_job(store)
     u = job_usage.c
     base = sa.select(*(u[n] for n in JOB_USAGE_COLUMNS)).where(
-        u.cluster == store.cluster, u.end_time >= since, u.start_time <= until
+        u.cluster == store.cluster,
+        u.end_time >= since,
+        u.start_time <= until,
+        *owned(job_usage, owners or {}),
     )
 
     def started_after(t: float) -> Any:
@@ -143,21 +166,35 @@ def boundary_rows(
     return rows, len(parts)
 
 
-def settled_usage(store: Store, before: float, figures: Sequence[str]) -> list[tuple[Any, ...]]:
-    """The summed `job_usage` of the jobs ended before `before` (the exporter's counters).
+def settled_usage(
+    store: Store, before: float, figures: Sequence[str]
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """The summed usage of the folded jobs ended before `before` (the exporter's counters).
+
+    Returns (every month, later): `usage_monthly` summed over every month per owner and
+    place (every folded job, whole), and the `job_usage` of the folded jobs that ended at
+    or after `before`, summed the same way; the settled usage is the first less the
+    second. Read so, what is summed grows with months, owners and the jobs of the settling
+    window, not with every job the cluster ran (the whole `job_usage` was read here).
 
     Rows (user, account, node, gpu_model, mig_profile, share, figures...).
     """
-    u = job_usage.c
-    node = usage_rollup.blank_model_node(u).label("node")
-    dims = [u.user, u.account, node, u.gpu_model, u.mig_profile, u.share]
-    query = (
-        sa.select(*dims, *(sa.func.sum(u[n]).label(n) for n in figures))
-        .where(u.cluster == store.cluster, u.end_time < before)
-        .group_by(*dims)
-    )
+    rows: list[list[tuple[Any, ...]]] = []
     with store.reading("reading the settled usage rollups") as conn:
-        return [tuple(r) for r in conn.execute(query)]
+        for table, where in (
+            (usage_monthly, ()),
+            (job_usage, (job_usage.c.end_time >= before,)),
+        ):
+            t = table.c
+            node = usage_rollup.blank_model_node(t).label("node")
+            dims = [t.user, t.account, node, t.gpu_model, t.mig_profile, t.share]
+            query = (
+                sa.select(*dims, *(sa.func.sum(t[n]).label(n) for n in figures))
+                .where(t.cluster == store.cluster, *where)
+                .group_by(*dims)
+            )
+            rows.append([tuple(r) for r in conn.execute(query)])
+    return rows[0], rows[1]
 
 
 def unfolded_job_ids(store: Store, since: float, until: float) -> list[int]:

@@ -1,7 +1,8 @@
 """The exporter's usage counters from the usage rollups (revision 0010, issues 16 and 24).
 
 On its first read of a store, the exporter sums the jobs that ended before the settling
-horizon from `job_usage` in the database instead of reading every raw row ever stored;
+horizon from the rollups in the database (every month's `usage_monthly` less the folded
+jobs ended since) instead of reading every raw row or `job_usage` row ever stored;
 the jobs not folded and the rest come from raw rows. The counters must be those of every
 raw row (`load_usage`): GPU-hours and cost per user and account, and active GPU-hours as
 the reports clip them (at most the measured part of the held time), over the synthetic
@@ -18,13 +19,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config import Config
 from slurm_gpu.config.reports import CostSettings
-from slurm_gpu.metrics.collector import ClusterCollector
+from slurm_gpu.metrics.collector import SETTLE_SECONDS, ClusterCollector
 from slurm_gpu.reports.usage import load_usage
 from slurm_gpu.store import Store
+from slurm_gpu.store.schema import job_usage
 from slurm_gpu.testing import FixedClock
 from tests.synthetic_usage import COSTS, NOW, copied, synthetic_file
 from tests.unit.test_exporter import fake_slurm
@@ -79,11 +82,13 @@ def raw_counters(
 
 
 def counters(
-    store: Store, cost: CostSettings | None
+    store: Store, cost: CostSettings | None, settle_seconds: float = SETTLE_SECONDS
 ) -> dict[tuple[str, str], tuple[float, float, float]]:
     """The exporter's first snapshot of the usage counters, under `cost`."""
     config = dataclasses.replace(Config(), cost=cost) if cost else Config()
-    collector = ClusterCollector(config, store, fake_slurm(), clock=FixedClock(NOW))
+    collector = ClusterCollector(
+        config, store, fake_slurm(), clock=FixedClock(NOW), settle_seconds=settle_seconds
+    )
     return collector.snapshot().usage
 
 
@@ -109,6 +114,22 @@ def test_exporter_counters_from_rollups_equal_raw_rows(
 ) -> None:
     """Every (user, account) counter: GPU-hours, active GPU-hours and cost."""
     assert_counters(counters(store, cost), raw_counters(store, cost), cost is not None)
+
+
+def test_folded_jobs_ended_inside_the_settling_window_are_counted_once(store: Store) -> None:
+    """The settled part is every month's rollups less the folded jobs ended since.
+
+    A settling window of 30 days holds most of the synthetic folded jobs: they are read
+    from raw rows, so the rollups' part must leave them out, or they count twice.
+    """
+    settle = 30 * 24 * 3600.0
+    with store.engine.connect() as conn:
+        folded_since = conn.execute(
+            sa.select(sa.func.count()).where(job_usage.c.end_time >= NOW - settle)
+        ).scalar_one()
+    assert folded_since > 0
+    cost = COSTS[0]
+    assert_counters(counters(store, cost, settle), raw_counters(store, cost), True)
 
 
 def test_exporter_counters_are_the_same_from_every_source(store: Store) -> None:
