@@ -27,6 +27,7 @@ from slurm_gpu.config._loader import SettingDoc, doc, parse_settings, read_toml
 from slurm_gpu.config._loader import describe_schema as _describe
 from slurm_gpu.config.collector import CollectorSettings
 from slurm_gpu.config.mailprog import MailProgSettings
+from slurm_gpu.config.nats import NatsSettings
 from slurm_gpu.config.policy import (
     ControllerSettings,
     NotifySettings,
@@ -224,11 +225,12 @@ class NodeSettings:
             " default (/run/munge/munge.socket.2)."
         ),
     )
-    ship_to: Literal["store", "collector"] = field(
+    ship_to: Literal["store", "collector", "nats"] = field(
         default="store",
         metadata=doc(
             'Where the agent ships its spool: "store" writes [store] url itself (one machine),'
-            ' "collector" posts MUNGE-signed batches to collector_url (a cluster).'
+            ' "collector" posts MUNGE-signed batches to collector_url, "nats" publishes them'
+            " to the JetStream stream of [nats] for the ingest workers (a cluster)."
         ),
     )
     collector_url: str = field(
@@ -322,6 +324,10 @@ class Config:
     collector: CollectorSettings = field(
         default_factory=CollectorSettings,
         metadata=doc("The head node's collector: the node agents' batches, the store's writer."),
+    )
+    nats: NatsSettings = field(
+        default_factory=NatsSettings,
+        metadata=doc("NATS JetStream: the agents' batches to the ingest workers (ship_to = nats)."),
     )
 
 
