@@ -22,6 +22,7 @@ from slurm_gpu.cli.controller import controller_group
 from slurm_gpu.cli.db import db
 from slurm_gpu.cli.exempt import exempt_cmd
 from slurm_gpu.cli.exporter import exporter_command
+from slurm_gpu.cli.ingest import ingest_group
 from slurm_gpu.cli.job import job_command
 from slurm_gpu.cli.mailprog import mailprog_command
 from slurm_gpu.cli.node import node_group
@@ -116,6 +117,7 @@ cli.add_command(sync_command)
 cli.add_command(exporter_command)
 cli.add_command(mailprog_command)
 cli.add_command(collector_group)
+cli.add_command(ingest_group)
 
 
 if __name__ == "__main__":  # python -m slurm_gpu.cli.main, where no console script is installed

@@ -33,7 +33,7 @@ def node_group() -> None:
 )
 @pass_app
 def run_cmd(app: App, node_name: str | None, once: bool, metrics_address: str | None) -> None:
-    """Sample GPUs every interval, spool locally, ship to the store (or the collector)."""
+    """Sample GPUs every interval, spool locally, ship to the store (or collector, or NATS)."""
     config = app.config
     if metrics_address is not None:
         node = dataclasses.replace(config.node, metrics_address=metrics_address)
@@ -41,7 +41,7 @@ def run_cmd(app: App, node_name: str | None, once: bool, metrics_address: str | 
     logging.basicConfig(
         level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    # ship_to = "collector": the agent holds no store URL, and opens no store.
+    # ship_to = "collector" or "nats": the agent holds no store URL, and opens no store.
     store = app.store if config.node.ship_to == "store" else None
     run_node(config, node_name or default_node_name(), store, app.runner, once=once)
 

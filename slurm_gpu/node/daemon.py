@@ -97,6 +97,16 @@ def collector_sink(config: Config) -> CollectorSink:
     return CollectorSink(config.node.collector_url, Libmunge(config.node.munge_socket).encode)
 
 
+def batch_sink(config: Config, node: str) -> BatchSink:
+    """The sink of `[node] ship_to`: the collector's, or NATS JetStream's ([nats])."""
+    if config.node.ship_to == "nats":
+        # Here, not at the top: nats-py is the [nats] extra, which a direct agent lacks.
+        from slurm_gpu.node.nats_sink import NatsSink
+
+        return NatsSink(config.nats, config.cluster.name, node)
+    return collector_sink(config)
+
+
 def run_node(
     config: Config,
     node: str,
@@ -111,17 +121,18 @@ def run_node(
         config: the configuration ([node], [store] shipping, [cluster] name).
         node: this node's Slurm name.
         store: where the shipper sends the spool's rows (the caller closes it); None
-            with `[node] ship_to = "collector"`, where the agent holds no store.
+            with `[node] ship_to = "collector"` or "nats", where the agent holds no store.
         slurm: runs `scontrol` for the jobs' AdminComment.
         once: one tick and one shipping pass, then return.
-        sink: where batches go instead of the store (default for ship_to = "collector":
-            `collector_sink(config)`).
+        sink: where batches go instead of the store (default for ship_to = "collector"
+            or "nats": `batch_sink(config, node)`).
     """
     agent = build_agent(config, node, slurm)
     target: StoreSink | BatchSink
-    if config.node.ship_to == "collector":
-        target = sink if sink is not None else collector_sink(config)
-        log.info("shipping to the collector at %s", config.node.collector_url)
+    if config.node.ship_to != "store":
+        target = sink if sink is not None else batch_sink(config, node)
+        where = config.nats.url if config.node.ship_to == "nats" else config.node.collector_url
+        log.info("shipping to the %s at %s", config.node.ship_to, where)
     elif store is None:
         raise ValueError('run_node: ship_to = "store" needs the store')
     else:
@@ -131,7 +142,9 @@ def run_node(
     comment_store = store if config.node.ship_to == "store" else None
     if config.node.write_admin_comment and comment_store is None:
         log.warning(
-            'write_admin_comment is ignored with ship_to = "collector" (the agent reads no store)'
+            "write_admin_comment is ignored with ship_to = %r (the agent reads no store;"
+            " the collector or the ingest workers write it)",
+            config.node.ship_to,
         )
 
     def write_admin_comments(job_ids: list[int]) -> None:

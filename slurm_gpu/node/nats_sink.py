@@ -85,7 +85,10 @@ class NatsSink:
             js = self.bus.jetstream()
             ack = self.bus.call(js.publish(self.subject, body, headers={"Nats-Msg-Id": message_id}))
         except BusError as exc:
-            raise RetryLater(f"publishing to {self.subject}: {exc}") from None
+            hint = ""
+            if "no response from stream" in str(exc):  # nats-py's NoStreamResponseError
+                hint = f" (no stream {self.settings.stream} yet: an ingest worker makes it)"
+            raise RetryLater(f"publishing to {self.subject}: {exc}{hint}") from None
         deadline = time.monotonic() + float(self.settings.commit_wait)
         delay = 0.02
         while True:
