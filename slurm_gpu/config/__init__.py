@@ -30,6 +30,7 @@ from slurm_gpu.config.core import (
     load_config,
     locate_config,
     read_config,
+    shipping_delay,
 )
 
 __all__ = [
@@ -46,4 +47,5 @@ __all__ = [
     "read_config",
     "read_toml",
     "render_config",
+    "shipping_delay",
 ]

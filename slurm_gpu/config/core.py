@@ -196,6 +196,16 @@ class NodeSettings:
         default=Duration(300.0),
         metadata=doc("Longest wait between retries while the store is down.", above=0),
     )
+    ship_interval: Duration = field(
+        default=Duration(0.0),
+        metadata=doc(
+            "Seconds between shipments: rows wait in the spool up to this long and leave"
+            " in one batch (several ticks a message over NATS). The controller allows for"
+            " it before it calls a node's readings late (unknown, never idle). 0 ships"
+            " them as soon as they are written.",
+            minimum=0,
+        ),
+    )
     missing_after_intervals: int = field(
         default=3,
         metadata=doc("A GPU with no reading for this many intervals is missing.", minimum=1),
@@ -328,6 +338,21 @@ class Config:
     nats: NatsSettings = field(
         default_factory=NatsSettings,
         metadata=doc("NATS JetStream: the agents' batches to the ingest workers (ship_to = nats)."),
+    )
+
+
+def shipping_delay(config: Config) -> float:
+    """Seconds a reading may take to reach the store after its period ends.
+
+    One [store] ship_aggregate period (intervals are aggregated over it), one [node]
+    interval (the tick that closes it) and [node] ship_interval (rows wait that long in
+    the spool). Every "is this node's data late" rule adds this, so that a node whose
+    batches travel less often is never judged on readings that are merely on the way.
+    """
+    return (
+        float(config.store.ship_aggregate)
+        + float(config.node.interval)
+        + float(config.node.ship_interval)
     )
 
 

@@ -161,6 +161,7 @@ def run_node(
             node,
             batch_size=config.node.ship_batch_size,
             backoff_max=float(config.node.ship_backoff_max),
+            ship_interval=float(config.node.ship_interval),
             on_summaries=(
                 write_admin_comments
                 if config.node.write_admin_comment and comment_store is not None

@@ -146,6 +146,8 @@ class Shipper:
         on_summaries: called with the job ids whose summaries the store just committed
             (writes the AdminComment); its failures are logged, never retried forever.
         clock: POSIX time, for when a row was quarantined.
+        ship_interval: seconds `run` waits after each pass ([node] ship_interval), so
+            that the rows of several ticks leave in one batch.
     """
 
     def __init__(
@@ -157,6 +159,7 @@ class Shipper:
         backoff_max: float = 300.0,
         on_summaries: Callable[[list[int]], None] | None = None,
         clock: Callable[[], float] = time.time,
+        ship_interval: float = 0.0,
     ) -> None:
         self.spool = spool
         self.store = store
@@ -165,6 +168,7 @@ class Shipper:
         self.backoff_max = backoff_max
         self.on_summaries = on_summaries
         self.clock = clock
+        self.ship_interval = ship_interval
         self.failures = 0
         self.shipped_total = 0
 
@@ -231,7 +235,7 @@ class Shipper:
                 if self.failures:
                     log.info("store reachable again after %d failed attempts", self.failures)
                 self.failures, delay = 0, 1.0
-                stop.wait(idle_wait if shipped == 0 else 0)
+                stop.wait(max(self.ship_interval, idle_wait if shipped == 0 else 0.0))
             except SlurmGpuError as exc:
                 self.failures += 1
                 wait = self.retry_delay(exc, delay)

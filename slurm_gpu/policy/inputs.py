@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from slurm_gpu.config import Config
+from slurm_gpu.config import Config, shipping_delay
 from slurm_gpu.models import (
     Action,
     Exemption,
@@ -173,8 +173,8 @@ class PolicyInputs:
         return uses
 
     def store_period(self) -> float:
-        """How far back "recent" readings reach: a shipping period plus an agent interval."""
-        return float(self.config.store.ship_aggregate) + float(self.config.node.interval)
+        """How far back "recent" readings reach: how late a reading may reach the store."""
+        return shipping_delay(self.config)
 
     def _recent_intervals_window(self, now: float) -> float:
         return now - 3 * float(self.store_period())

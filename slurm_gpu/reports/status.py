@@ -66,7 +66,8 @@ class Freshness:
     Attributes:
         now: the current time (POSIX seconds).
         stale_after: a running job's GPU activity (sent every agent tick) older than this
-            is stale: two [node].interval.
+            is stale: two [node].interval, and [node] ship_interval (rows wait that long
+            in the spool).
         interval_lag: a GPU's newest stored interval (shipped once per [store]
             ship_aggregate) older than this is stale: ship_aggregate + stale_after.
     """
@@ -77,8 +78,8 @@ class Freshness:
 
     @classmethod
     def of(cls, config: Config, now: float) -> Freshness:
-        """The rule for `config`: two [node].interval; intervals ship_aggregate more."""
-        stale_after = 2.0 * float(config.node.interval)
+        """The rule for `config`: two intervals and ship_interval; intervals ship_aggregate more."""
+        stale_after = 2.0 * float(config.node.interval) + float(config.node.ship_interval)
         return cls(now, stale_after, float(config.store.ship_aggregate) + stale_after)
 
     def is_fresh(self, interval_end: float | None, activity: float | None) -> bool:

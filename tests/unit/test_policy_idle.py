@@ -224,6 +224,21 @@ def test_reading_within_freshness_is_known() -> None:
     assert expected == actions(evaluate([job()], activity, NOW, CONFIG))
 
 
+def test_readings_on_their_way_for_ship_interval_are_not_late() -> None:
+    """[node] ship_interval 60 s: a reading 80 s old (3 x 10 s + 60 s allowed) is known.
+
+    Rows wait that long in the node's spool: the controller must not call them late
+    (unknown) while they travel, nor take longer to call them late than that.
+    """
+    shipped = dataclasses.replace(CONFIG, node=dataclasses.replace(
+        CONFIG.node, ship_interval=Duration(60.0)))  # fmt: skip
+    fresh = [gpu(idle_minutes=None, last_reading=NOW - 80)]
+    late = [gpu(idle_minutes=None, last_reading=NOW - 91)]
+    assert [("idle_gpu", Action.WARN, 1)] == actions(evaluate([job()], fresh, NOW, shipped))
+    assert [("idle_gpu", Action.NONE, 1)] == actions(evaluate([job()], late, NOW, shipped))
+    assert [("idle_gpu", Action.NONE, 1)] == actions(evaluate([job()], fresh, NOW, CONFIG))
+
+
 def test_job_with_gpu_count_but_no_indices_needs_that_many_rows() -> None:
     """squeue gave 2 GPUs without indices and one row arrived: unknown."""
     expected = [("idle_gpu", Action.NONE, 1)]

@@ -8,6 +8,7 @@ fewer-GPUs advice needs GPUs that did nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from slurm_gpu.access import Caller, Scope
 from slurm_gpu.config import Config
 from slurm_gpu.config.reports import CostSettings
+from slurm_gpu.durations import Duration
 from slurm_gpu.models import GpuActivity, GpuDevice, GpuInterval, JobGpuSummary
 from slurm_gpu.reports import jobview, status
 from slurm_gpu.reports.fields import job_fields
@@ -459,3 +461,15 @@ def test_running_job_view_names_the_node_that_stopped_reporting() -> None:
         {**job, "nodes": "gpu1,gpu3"}, gpus[:1], [], status.Freshness(now, 10.0, LAG)
     )
     assert ["Node gpu3 has sent no readings"] == [line[:30] for line in silent]
+
+
+def test_freshness_allows_for_the_ship_interval() -> None:
+    """`slurm-gpu status`: activity is stale past two intervals plus [node] ship_interval."""
+    base = Config()
+    shipped = dataclasses.replace(
+        base, node=dataclasses.replace(base.node, ship_interval=Duration(60.0))
+    )
+    now = 1_800_000_000.0
+    rule, plain = status.Freshness.of(shipped, now), status.Freshness.of(base, now)
+    assert (80.0, 140.0) == (rule.stale_after, rule.interval_lag)
+    assert (True, False) == (rule.is_fresh(None, now - 79), plain.is_fresh(None, now - 79))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -100,6 +101,32 @@ def test_rows_are_deleted_after_the_store_committed(spool: Spool) -> None:
     shipper = Shipper(spool, store, "gpu1", batch_size=2)
     assert 3 == shipper.drain()
     assert (0, [0.0, 60.0, 120.0]) == (spool.backlog(), [r.period_start for r in store.intervals])
+
+
+class CountedStop(threading.Event):
+    """A stop event that records each wait and is set after `passes` of them."""
+
+    def __init__(self, passes: int) -> None:
+        super().__init__()
+        self.passes = passes
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(float(timeout or 0.0))
+        if len(self.waits) >= self.passes:
+            self.set()
+        return self.is_set()
+
+
+def test_ship_interval_gathers_the_ticks_of_its_interval_in_one_batch(spool: Spool) -> None:
+    """[node] ship_interval 60 s: after each pass the shipper waits 60 s, rows or not."""
+    store = FakeStore()
+    stop = CountedStop(passes=2)
+    Shipper(spool, store, "gpu1", ship_interval=60.0).run(stop)
+    assert ([60.0, 60.0], 1) == (stop.waits, store.calls.count("intervals"))
+    default = CountedStop(passes=1)
+    Shipper(spool, FakeStore(), "gpu1").run(default)
+    assert [1.0] == default.waits  # nothing left: the idle wait, as before
 
 
 def test_corrupt_row_is_quarantined_and_the_rest_reach_the_store(spool: Spool) -> None:

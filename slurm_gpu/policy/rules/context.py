@@ -61,7 +61,10 @@ class Context:
         self.now = now
         self.warned = warned
         self.tz = cluster_timezone(config.controller.timezone)
-        self.fresh_seconds = config.controller.freshness_intervals * config.node.interval
+        # Activity rows travel with the batches: [node] ship_interval late at most.
+        self.fresh_seconds = config.controller.freshness_intervals * float(
+            config.node.interval
+        ) + float(config.node.ship_interval)
         self.sm_threshold = sm_threshold(config)
         self.explicit: dict[str, list[Exemption]] = defaultdict(list)
         for exemption in exemptions:

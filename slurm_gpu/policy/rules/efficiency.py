@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from slurm_gpu.config import shipping_delay
 from slurm_gpu.config.policy import LowEfficiencySettings
 from slurm_gpu.models import Action, GpuActivity, GpuInterval, SlurmJob, Verdict
 from slurm_gpu.policy.rules.context import (
@@ -72,7 +73,7 @@ def _stretch(
     ordered = sorted(rows, key=lambda r: r.period_start, reverse=True)
     if not ordered:
         return None
-    shipping = float(ctx.config.store.ship_aggregate) + float(ctx.config.node.interval)
+    shipping = shipping_delay(ctx.config)
     if ctx.now - ordered[0].period_end > ctx.fresh_seconds + shipping:
         return None  # its newest interval is too old to say what it does now
     # Intervals of one GPU follow each other end to start; a later start is a gap.
