@@ -25,6 +25,7 @@ from slurm_gpu.cli.exporter import exporter_command
 from slurm_gpu.cli.ingest import ingest_group
 from slurm_gpu.cli.job import job_command
 from slurm_gpu.cli.mailprog import mailprog_command
+from slurm_gpu.cli.nats import nats_group
 from slurm_gpu.cli.node import node_group
 from slurm_gpu.cli.policy import policy_group
 from slurm_gpu.cli.report import report_command
@@ -118,6 +119,7 @@ cli.add_command(exporter_command)
 cli.add_command(mailprog_command)
 cli.add_command(collector_group)
 cli.add_command(ingest_group)
+cli.add_command(nats_group)
 
 
 if __name__ == "__main__":  # python -m slurm_gpu.cli.main, where no console script is installed
