@@ -33,9 +33,9 @@
 
 BED_STORE=${SLURM_GPU_BED_STORE:-collector}
 case "$BED_STORE" in
-    collector | sqlite) ;;
+    collector | sqlite | nats) ;;
     *)
-        printf 'local-cluster: error: SLURM_GPU_BED_STORE=%s is not collector or sqlite\n' "$BED_STORE" >&2
+        printf 'local-cluster: error: SLURM_GPU_BED_STORE=%s is not collector, nats or sqlite\n' "$BED_STORE" >&2
         exit 2
         ;;
 esac
@@ -46,6 +46,9 @@ COLLECTOR_PORT=${SLURM_GPU_COLLECTOR_PORT:-$((CTLD_PORT + 13))}
 COLLECTOR_URL="http://$HEAD_ADDR:$COLLECTOR_PORT"
 
 collector_on() { [ "$BED_STORE" = collector ]; }
+# nodes_remote: the agents hold no store URL and ship to the head node (collector or NATS,
+# nats.sh), each in a network namespace of its own, the store PostgreSQL.
+nodes_remote() { [ "$BED_STORE" != sqlite ]; }
 
 node_addr() { echo "$BED_NET.$((10 + ${1#gpu}))"; }
 node_netns() { echo "sgpu-$BED_TAG-$1"; }
@@ -54,7 +57,7 @@ bed_bridge() { echo "sg${BED_TAG}br"; }
 node_munge_socket() { echo "$STATE/munge-$1/munge.socket.2"; }
 
 # agent_in_netns NODE: whether NODE's agent runs in its own network namespace.
-agent_in_netns() { collector_on && [ "$1" != gpu4 ]; }
+agent_in_netns() { nodes_remote && [ "$1" != gpu4 ]; }
 
 # agent_metrics_host NODE: the address NODE's agent serves /metrics on.
 agent_metrics_host() {
@@ -65,7 +68,7 @@ agent_metrics_host() {
 agent_config() {
     if [ -n "${SLURM_GPU_AGENT_CONFIG:-}" ]; then
         echo "$SLURM_GPU_AGENT_CONFIG"
-    elif collector_on; then
+    elif nodes_remote; then
         echo "$STATE/etc/slurm-gpu-agent-$1.toml"
     else
         echo "$STATE/etc/slurm-gpu.toml"
@@ -74,7 +77,7 @@ agent_config() {
 
 # store_url: [store] url of the bed's slurm-gpu.toml.
 store_url() {
-    if collector_on; then
+    if nodes_remote; then
         echo "postgresql+psycopg://slurmgpu:$DB_STORE_PASS@127.0.0.1:$PG_PORT/slurm_gpu"
     else
         echo "sqlite:///$STATE/accounting.db"
@@ -95,10 +98,12 @@ collector_toml() {
 }
 
 # agent_toml NODE: stdin (slurm-gpu.toml before collector_toml) as NODE's agent config:
-# no store URL, shipping to the collector, signing with the node's own munged.
+# no store URL, shipping to the collector, signing with the node's own munged (or, in
+# the NATS layout, publishing with the node's own key: nats.sh).
 agent_toml() {
     local extra
     extra="ship_to = \"collector\"\ncollector_url = \"$COLLECTOR_URL\"\nmunge_socket = \"$(node_munge_socket "$1")\""
+    if nats_on; then extra="ship_to = \"nats\""; fi
     local slurm_conf=""
     # In its network namespace the head is $HEAD_ADDR, not loopback: the agent's squeue and
     # scontrol (job_check_interval, shares) read slurm-netns.conf.
@@ -116,9 +121,9 @@ agent_slurm_conf() {
     if agent_in_netns "$1"; then echo "$STATE/etc/slurm-netns.conf"; else echo "$SLURM_CONF"; fi
 }
 
-# render_agent_configs: etc/slurm-gpu-agent-<node>.toml (collector on).
+# render_agent_configs: etc/slurm-gpu-agent-<node>.toml (collector or NATS on).
 render_agent_configs() {
-    collector_on || return 0
+    nodes_remote || return 0
     local n
     # slurm.conf as a namespaced node sees the head: slurmctld and slurmdbd listen on every
     # address.
@@ -127,8 +132,8 @@ render_agent_configs() {
         write_if_changed "$STATE/etc/slurm-netns.conf"
     chmod 644 "$STATE/etc/slurm-netns.conf"
     for n in $NODES; do
-        render slurm-gpu.toml.in | shapes_toml | agent_toml "$n" |
-            write_if_changed "$STATE/etc/slurm-gpu-agent-$n.toml"
+        render slurm-gpu.toml.in | shapes_toml | agent_toml "$n" | nats_toml |
+            nats_agent_credentials "$n" | write_if_changed "$STATE/etc/slurm-gpu-agent-$n.toml"
         chmod 644 "$STATE/etc/slurm-gpu-agent-$n.toml"
     done
 }
@@ -138,7 +143,7 @@ render_agent_configs() {
 # net_up: the bridge and every namespaced node's namespace and veth. A veth that exists is
 # left as it is: a link taken down (`link NODE down`) stays down through `up`.
 net_up() {
-    collector_on || return 0
+    nodes_remote || return 0
     local br n ns veth
     br=$(bed_bridge)
     ip link show "$br" >/dev/null 2>&1 || ip link add "$br" type bridge || die "cannot create bridge $br"
@@ -232,8 +237,9 @@ stop_collector() {
 collector_env_lines() {
     local n addrs=""
     echo "export SLURM_GPU_BED_STORE='$BED_STORE'"
-    collector_on || return 0
+    nodes_remote || return 0
     for n in $NODES; do addrs="$addrs${addrs:+ }$n=$(agent_metrics_host "$n")"; done
-    echo "export SLURM_GPU_COLLECTOR_URL='$COLLECTOR_URL'"
+    if collector_on; then echo "export SLURM_GPU_COLLECTOR_URL='$COLLECTOR_URL'"; fi
     echo "export SLURM_GPU_AGENT_HOSTS='$addrs'"
+    nats_env_lines
 }

@@ -57,6 +57,9 @@ DEBIAN_PACKAGES="slurm-wlm slurmdbd slurm-client munge mariadb-server mariadb-cl
 # The collector, the nodes' network namespaces and munged (SLURM_GPU_BED_STORE).
 # shellcheck source=collector.sh
 . "$CLUSTER_SRC/collector.sh"
+# NATS JetStream and the ingest workers (SLURM_GPU_BED_STORE=nats).
+# shellcheck source=nats.sh
+. "$CLUSTER_SRC/nats.sh"
 # Prometheus (scraping the agents and the exporter) and the slurm-gpu exporter.
 # shellcheck source=prometheus.sh
 [ -f "$CLUSTER_SRC/prometheus.sh" ] && . "$CLUSTER_SRC/prometheus.sh"
@@ -166,7 +169,8 @@ render_configs() {
     render slurmdbd.conf.in | release_conf_lines slurmdbd.conf | write_if_changed "$STATE/etc/slurmdbd.conf"
     chown slurm:slurm "$STATE/etc/slurmdbd.conf"
     chmod 600 "$STATE/etc/slurmdbd.conf"
-    render slurm-gpu.toml.in | shapes_toml | collector_toml | write_if_changed "$STATE/etc/slurm-gpu.toml"
+    render slurm-gpu.toml.in | shapes_toml | collector_toml | nats_toml |
+        write_if_changed "$STATE/etc/slurm-gpu.toml"
     chmod 644 "$STATE/etc/slurm.conf" "$STATE/etc/gres.conf" "$STATE/etc/slurm-gpu.toml"
     render_agent_configs
     echo "$BED_STORE" | write_if_changed "$STATE/etc/bed-store"
@@ -432,7 +436,8 @@ stop_all() {
     # Compute nodes first, the database last; munge only if we started it.
     # gpu3 and gpu4 (the shapes bed) whether or not SLURM_GPU_BED_SHAPES is set now.
     for d in prometheus slurm-gpu-exporter slurm-gpu-agent-gpu1 slurm-gpu-agent-gpu2 \
-        slurm-gpu-agent-gpu3 slurm-gpu-agent-gpu4 slurm-gpu-collector munge-gpu1 munge-gpu2 \
+        slurm-gpu-agent-gpu3 slurm-gpu-agent-gpu4 slurm-gpu-collector slurm-gpu-ingest-1 \
+        slurm-gpu-ingest-2 slurm-gpu-ingest-3 nats-server munge-gpu1 munge-gpu2 \
         munge-gpu3 munge-gpu4 slurmd-gpu1 slurmd-gpu2 slurmd-gpu3 \
         slurmd-gpu4 slurmctld slurmdbd postgres mariadb munge; do
         local pf

@@ -116,6 +116,10 @@ class Bus:
         self._client: Client | None = None
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
+        # What NATS last reported asynchronously (an authorization violation, a refused
+        # connection): nats-py keeps reconnecting, so a call only times out; its message
+        # says why.
+        self.last_error: str | None = None
 
     # ---- running coroutines from a plain thread ----------------------------------------
 
@@ -127,8 +131,9 @@ class Bus:
             return future.result(wait)
         except TimeoutError:
             future.cancel()
+            why = f"; last error: {self.last_error}" if self.last_error else ""
             raise BusError(
-                f"NATS did not answer within {wait:.0f}s ({self.settings.url})"
+                f"NATS did not answer within {wait:.0f}s ({self.settings.url}){why}"
             ) from None
         except BusError:
             raise
@@ -151,8 +156,9 @@ class Bus:
             "allow_reconnect": True,
             "max_reconnect_attempts": -1,
             "reconnect_time_wait": 1.0,
-            # A first connect that fails raises at once: the caller backs off.
-            "error_cb": _ignore,
+            # Reconnecting goes on in the background; what went wrong is kept for the
+            # message of the call that times out meanwhile.
+            "error_cb": self._note_error,
             "disconnected_cb": _none,
         }
         seed = self.settings.credentials
@@ -167,6 +173,9 @@ class Bus:
             return await nats.connect(servers, **options)
         except NatsError as exc:
             raise BusError(f"cannot connect to NATS ({self.settings.url}): {exc}") from None
+
+    async def _note_error(self, exc: Exception) -> None:
+        self.last_error = f"{type(exc).__name__}: {exc}"
 
     def jetstream(self) -> JetStreamContext:
         """The connection's JetStream context."""
@@ -287,10 +296,6 @@ class Bus:
             self._thread.join(timeout=5.0)
         if not self._thread.is_alive() and not self._loop.is_closed():
             self._loop.close()
-
-
-async def _ignore(_exc: Exception) -> None:
-    """nats-py logs nothing itself; the calls that fail raise and are logged by callers."""
 
 
 async def _none() -> None:

@@ -12,6 +12,7 @@ duplicate that JetStream and the store's keys absorb.
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -49,18 +50,26 @@ class NatsSink:
         self.bus = bus or Bus(settings, f"slurm-gpu-agent {node}")
         self.clock = clock
         self.sleep = sleep
-        self._number = 0
+        # JetStream's duplicate window spans the whole stream, and any node may set any
+        # Nats-Msg-Id: were our ids guessable, another node could publish one of them
+        # first, our batch would come back a "duplicate" of its message, and we would
+        # delete rows that never reached the store. A random token of this process
+        # makes them unguessable; a batch published again after a restart gets a new id
+        # (the store's idempotent keys absorb that duplicate).
+        self.instance = secrets.token_hex(16)
 
     def ship_batch(self, node: str, rows: Sequence[OutboxRow]) -> None:
         """Publishes the rows and returns once the store committed them. Raises RetryLater."""
+        if not rows:
+            return
         wire = [WireRow(r.kind, r.key, r.payload) for r in rows]
         sent = self.clock()
-        # An id that is the same when these rows are published again after a restart:
-        # the first and last outbox row ids name the batch (the spool hands out rows in
-        # id order), so JetStream's duplicate window recognises a retry.
-        batch = f"{node}:{rows[0].id}-{rows[-1].id}" if rows else f"{node}:empty"
+        # The same rows retried by this process get the same ids (the outbox ids they
+        # span), so that JetStream drops the retry within its duplicate window.
+        ids = [r.id for r in rows]
+        batch = f"{node}:{min(ids)}-{max(ids)}"
         for part, chunk in enumerate(self._chunks(node, batch, sent, wire)):
-            self._publish_and_wait(f"{batch}:{part}", chunk)
+            self._publish_and_wait(f"{node}:{self.instance}:{min(ids)}-{max(ids)}:{part}", chunk)
 
     def _chunks(
         self, node: str, batch: str, sent: float, rows: Sequence[WireRow]

@@ -266,3 +266,32 @@ def test_a_batch_over_max_batch_bytes_goes_in_several_messages(
     spool = ship_all(tmp_path, small, "gpu1", 40)
     assert (0, 40) == (spool.backlog(), len(stored_intervals(store)))
     assert worker.worker.metrics.batches._value.get() > 1
+
+
+def test_another_node_cannot_claim_a_batch_id_first(
+    tmp_path: Path, settings: NatsSettings, store: Store, worker: Running
+) -> None:
+    """gpu2's batches land though gpu1 published the ids they would have had first.
+
+    gpu1, a rogue, publishes on its own subject the ids of gpu2's batches made of the
+    rows alone (the first design; found by helper-17). JetStream's duplicate window is the stream's: had gpu2's second batch come back a
+    duplicate of gpu1's message, gpu2 would have deleted rows that never reached the store.
+    """
+    rogue = NatsSink(settings, CLUSTER, "gpu1")
+    spool = spool_with(tmp_path / "gpu2.spool", "gpu2", 6)
+    rows = spool.pending(10)
+    first, second = rows[:3], rows[3:]
+    js = rogue.bus.jetstream()
+    mine = encode_batch("gpu1", "gpu1:x", T0, [WireRow("interval", "gpu1:x",
+                        encode(fields_of(interval("gpu1", T0))))])  # fmt: skip
+    for guess in (f"gpu2:{second[0].id}-{second[-1].id}:0", f"gpu2:{second[0].id}-{second[-1].id}"):
+        rogue.bus.call(js.publish(rogue.subject, mine, headers={"Nats-Msg-Id": guess}))
+    victim = NatsSink(settings, CLUSTER, "gpu2")
+    try:
+        victim.ship_batch("gpu2", first)
+        victim.ship_batch("gpu2", second)
+    finally:
+        victim.close()
+        rogue.close()
+    stored = [s for n, s in stored_intervals(store) if n == "gpu2"]
+    assert [T0 + 60 * i for i in range(6)] == stored
