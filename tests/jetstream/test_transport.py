@@ -274,8 +274,9 @@ def test_another_node_cannot_claim_a_batch_id_first(
     """gpu2's batches land though gpu1 published the ids they would have had first.
 
     gpu1, a rogue, publishes on its own subject the ids of gpu2's batches made of the
-    rows alone (the first design; found by helper-17). JetStream's duplicate window is the stream's: had gpu2's second batch come back a
-    duplicate of gpu1's message, gpu2 would have deleted rows that never reached the store.
+    rows alone (the first design; found by helper-17). JetStream's duplicate window is
+    the stream's: had gpu2's second batch come back a duplicate of gpu1's message, gpu2
+    would have deleted rows that never reached the store.
     """
     rogue = NatsSink(settings, CLUSTER, "gpu1")
     spool = spool_with(tmp_path / "gpu2.spool", "gpu2", 6)
