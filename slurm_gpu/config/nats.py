@@ -95,6 +95,15 @@ class NatsSettings:
             above=0,
         ),
     )
+    replicas: int = field(
+        default=1,
+        metadata=doc(
+            "Copies JetStream keeps of the stream and the bucket (3 on a 3-server NATS"
+            " cluster: a server lost loses no batch). Used when a worker makes them.",
+            minimum=1,
+            maximum=5,
+        ),
+    )
     fetch_batches: int = field(
         default=32,
         metadata=doc(

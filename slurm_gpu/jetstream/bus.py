@@ -216,6 +216,7 @@ class Bus:
             storage=StorageType.FILE,
             duplicate_window=float(s.duplicate_window),
             max_msg_size=s.max_batch_bytes,
+            num_replicas=s.replicas,
         )
 
         async def ensure() -> None:
@@ -227,7 +228,12 @@ class Bus:
                 await js.key_value(s.committed_bucket)
             except BucketNotFoundError:
                 await js.create_key_value(
-                    KeyValueConfig(bucket=s.committed_bucket, history=1, storage=StorageType.FILE)
+                    KeyValueConfig(
+                        bucket=s.committed_bucket,
+                        history=1,
+                        storage=StorageType.FILE,
+                        replicas=s.replicas,
+                    )
                 )
 
         self.call(ensure())
