@@ -5,12 +5,15 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from collections.abc import Sequence
 
 import click
 
 from slurm_gpu.app import App
 from slurm_gpu.cli.context import pass_app
-from slurm_gpu.policy.controller import Controller
+from slurm_gpu.config import Config
+from slurm_gpu.errors import SlurmGpuError
+from slurm_gpu.policy.controller import Controller, Flusher
 from slurm_gpu.policy.notify import Notifier
 
 
@@ -39,6 +42,7 @@ def run_cmd(app: App, once: bool, dry_run: bool) -> None:
         app.store,
         Notifier(config.notify, config.cluster.name or "cluster"),
         quota_meter=app.quota_meter,
+        flusher=nats_flusher(config) if config.controller.flush_over_nats else None,
     )
     dry = dry_run or not config.controller.enforce
     if once:
@@ -62,3 +66,22 @@ def run_cmd(app: App, once: bool, dry_run: bool) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     controller.run(dry, stop.is_set, stop.wait)
+
+
+def nats_flusher(config: Config) -> Flusher:
+    """[controller] flush_over_nats: asks nodes over [nats], waiting commit_wait at most."""
+    # Here, not at the top: nats-py is the [nats] extra.
+    from slurm_gpu.jetstream.bus import Bus
+    from slurm_gpu.jetstream.flush import ask_to_flush
+
+    bus = Bus(config.nats, f"slurm-gpu-controller {config.cluster.name}")
+    wait = float(config.nats.commit_wait)
+
+    def flush(nodes: Sequence[str]) -> dict[str, float | None]:
+        try:
+            return ask_to_flush(bus, config.nats, config.cluster.name, nodes, wait)
+        except SlurmGpuError as exc:  # NATS down: judged on what the store has, as before
+            logging.getLogger(__name__).warning("could not ask nodes to ship: %s", exc)
+            return dict.fromkeys(nodes)
+
+    return flush

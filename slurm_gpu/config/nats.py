@@ -62,6 +62,13 @@ class NatsSettings:
             " <subject_prefix>.>)."
         ),
     )
+    flush_prefix: str = field(
+        default="sgpu.flush",
+        metadata=doc(
+            "A node takes the controller's requests to ship now on"
+            " <flush_prefix>.<cluster>.<node> ([controller] flush_over_nats)."
+        ),
+    )
     committed_bucket: str = field(
         default="slurm_gpu_committed",
         metadata=doc(

@@ -121,6 +121,15 @@ class ControllerSettings:
     interval: Duration = field(
         default=Duration(60.0), metadata=doc("How often the policies are evaluated.", above=0)
     )
+    flush_over_nats: bool = field(
+        default=False,
+        metadata=doc(
+            "Before cancelling a job for what its GPUs did (idle_gpu, low_efficiency), ask"
+            ' its nodes over [nats] to ship what they hold (agents with ship_to = "nats"'
+            " and a [node] ship_interval) and judge it again on that; a node that does not"
+            " answer within [nats] commit_wait is judged on what the store has."
+        ),
+    )
     lease_seconds: int = field(
         default=300,
         metadata=doc(

@@ -64,6 +64,11 @@ def batch_subject(settings: NatsSettings, cluster: str, node: str) -> str:
     return f"{settings.subject_prefix}.{token('cluster', cluster)}.{token('node', node)}"
 
 
+def flush_subject(settings: NatsSettings, cluster: str, node: str) -> str:
+    """The subject `node` takes the controller's requests to ship now on (flush.py)."""
+    return f"{settings.flush_prefix}.{token('cluster', cluster)}.{token('node', node)}"
+
+
 def node_of_subject(settings: NatsSettings, cluster: str, subject: str) -> str | None:
     """The node a batch subject names, None where it is not one of `cluster`'s."""
     head = f"{settings.subject_prefix}.{cluster}."

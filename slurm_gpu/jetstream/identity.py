@@ -29,7 +29,13 @@ import nkeys  # type: ignore[import-untyped]
 
 from slurm_gpu.config.nats import NatsSettings
 from slurm_gpu.errors import SlurmGpuError
-from slurm_gpu.jetstream.bus import BusError, batch_subject, inbox_prefix, token
+from slurm_gpu.jetstream.bus import (
+    BusError,
+    batch_subject,
+    flush_subject,
+    inbox_prefix,
+    token,
+)
 
 NODES = "nodes"
 WORKERS = "workers"
@@ -133,7 +139,10 @@ def node_permissions(
       bucket's stream before it hands out the bucket;
     - `$JS.API.STREAM.MSG.GET.KV_<bucket>`: `kv.get(key)`, reading the node's committed
       sequence (a bucket without allow_direct, as `Bus.ensure_stream` makes it);
-    - subscribing to its own inbox only: the replies to all three.
+    - subscribing to its own inbox: the replies to all three;
+    - subscribing to its flush subject (jetstream/flush.py): the controller's requests
+      to ship now, which it answers on the requester's inbox (`allow_responses` in the
+      server's config: the one reply to a request it took, nowhere else).
     """
     stream = f"KV_{settings.committed_bucket}"
     return Permissions(
@@ -142,7 +151,7 @@ def node_permissions(
             f"$JS.API.STREAM.INFO.{stream}",
             f"$JS.API.STREAM.MSG.GET.{stream}",
         ),
-        subscribe=(f"{inbox_prefix(public_key)}.>",),
+        subscribe=(f"{inbox_prefix(public_key)}.>", flush_subject(settings, cluster, node)),
     )
 
 
@@ -180,6 +189,7 @@ def server_config(directory: Path, settings: NatsSettings, cluster: str) -> str:
             "      permissions: {",
             f"        publish: {{ allow: {_list(allowed.publish)} }}",
             f"        subscribe: {{ allow: {_list(allowed.subscribe)} }}",
+            "        allow_responses: true",
             "      }",
             "    }",
         ]

@@ -155,7 +155,7 @@ def run_node(
             )
 
     def open_shipper() -> Shipper:
-        return Shipper(
+        shipper = Shipper(
             Spool(spool_path(config, node)),
             target,
             node,
@@ -168,6 +168,15 @@ def run_node(
                 else None
             ),
         )
+        if config.node.ship_to == "nats":  # the controller may ask it to ship now
+            from slurm_gpu.jetstream.bus import flush_subject
+            from slurm_gpu.jetstream.flush import serve_flush_requests
+            from slurm_gpu.node.nats_sink import NatsSink
+
+            if isinstance(target, NatsSink):
+                subject = flush_subject(config.nats, config.cluster.name, node)
+                serve_flush_requests(shipper, target.bus, subject)
+        return shipper
 
     with agent.spool.transaction() as db:
         agent.spool.queue(

@@ -148,6 +148,12 @@ class Shipper:
         clock: POSIX time, for when a row was quarantined.
         ship_interval: seconds `run` waits after each pass ([node] ship_interval), so
             that the rows of several ticks leave in one batch.
+
+    Attributes:
+        wake: set to end `run`'s wait at once (a request to ship now: jetstream/flush.py).
+        before_pass: called before each pass of `run` (subscribing to such requests).
+        after_pass: called with the time a pass began, once everything the spool held
+            then is shipped (answering those requests).
     """
 
     def __init__(
@@ -169,6 +175,9 @@ class Shipper:
         self.on_summaries = on_summaries
         self.clock = clock
         self.ship_interval = ship_interval
+        self.wake = threading.Event()
+        self.before_pass: Callable[[], object] | None = None
+        self.after_pass: Callable[[float], object] | None = None
         self.failures = 0
         self.shipped_total = 0
 
@@ -231,11 +240,17 @@ class Shipper:
         delay = 1.0
         while not stop.is_set():
             try:
+                if self.before_pass is not None:
+                    self.before_pass()
+                began = self.clock()
+                self.wake.clear()
                 shipped = self.drain()
+                if self.after_pass is not None:
+                    self.after_pass(began)
                 if self.failures:
                     log.info("store reachable again after %d failed attempts", self.failures)
                 self.failures, delay = 0, 1.0
-                stop.wait(max(self.ship_interval, idle_wait if shipped == 0 else 0.0))
+                self._pause(stop, max(self.ship_interval, idle_wait if shipped == 0 else 0.0))
             except SlurmGpuError as exc:
                 self.failures += 1
                 wait = self.retry_delay(exc, delay)
@@ -247,6 +262,18 @@ class Shipper:
                 )
                 stop.wait(wait)
                 delay = min(delay * 2, self.backoff_max)
+
+    def _pause(self, stop: threading.Event, seconds: float) -> None:
+        """Waits `seconds`, or until `stop`, or until `wake` (a request to ship now)."""
+        if self.before_pass is None:  # nobody can ask: one wait
+            stop.wait(seconds)
+            return
+        deadline = time.monotonic() + seconds
+        while not stop.is_set() and not self.wake.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            stop.wait(min(left, 0.1))
 
     def retry_delay(self, exc: SlurmGpuError, delay: float) -> float:
         """Seconds to wait after `exc`: the back-off's, or longer when the sink asked so.

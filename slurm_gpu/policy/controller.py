@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from slurm_gpu.config import Config
 from slurm_gpu.errors import SlurmError, StoreError
@@ -38,9 +38,13 @@ from slurm_gpu.policy.messages import Messenger
 from slurm_gpu.policy.node_health import admin_resumes, owned_drains
 from slurm_gpu.policy.notify import Notifier
 from slurm_gpu.policy.rules import evaluate
+from slurm_gpu.policy.rules.context import IDLE_GPU, LOW_EFFICIENCY
 from slurm_gpu.policy.store_outage import StoreOutage
 from slurm_gpu.slurm.client import SlurmClient
 from slurm_gpu.store import Store
+
+# Asks nodes to ship now: {node: the time its data runs through, None: no answer}.
+Flusher = Callable[[Sequence[str]], Mapping[str, float | None]]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,8 @@ class Controller:
         clock: POSIX time, injectable.
         holder: this controller's lease identity.
         quota_meter: what a quota counts (the bill's); required with [[quota]] rules.
+        flusher: asks nodes to ship what they hold now, returning when they have (or
+            gave up: jetstream/flush.py `ask_to_flush`); None asks nobody.
     """
 
     def __init__(
@@ -67,6 +73,7 @@ class Controller:
         clock: Callable[[], float] = time.time,
         holder: str | None = None,
         quota_meter: QuotaMeter | None = None,
+        flusher: Flusher | None = None,
     ) -> None:
         if config.quota and quota_meter is None:
             # One road for what a quota counts: the bill's (reports/quota.py), given by
@@ -82,6 +89,7 @@ class Controller:
         self.lease = ControllerLease(self.control, self.holder, config.controller)
         self.inputs = PolicyInputs(config, store, quota_meter)
         self.enforcer = Enforcer(slurm, self.control)
+        self.flusher = flusher
         self.spool = AuditSpool(config.controller.audit_spool)
         self.outage = StoreOutage(
             config, slurm, self.control, self.messages, self.enforcer, self.spool, self.holder
@@ -113,9 +121,17 @@ class Controller:
             nodes = self.slurm.nodes()
             # Drains an admin undid stay undone until newer readings (issue 25 item 4).
             resumes = admin_resumes(self.control, nodes, now, self.config)
-            verdicts, seen = self._evaluate(
-                jobs, [n.name for n in nodes if "drain" in n.state], now, dry_run, resumes.since
-            )
+            drained = [n.name for n in nodes if "drain" in n.state]
+            verdicts, seen = self._evaluate(jobs, drained, now, dry_run, resumes.since)
+            asked = nodes_to_flush(verdicts, jobs) if self.flusher is not None else []
+            if asked and self.flusher is not None:
+                # A cancel for what GPUs did, judged on readings that may still wait in
+                # the nodes' spools ([node] ship_interval): once more on what they hold.
+                answered = self.flusher(asked)
+                late = sorted(n for n, through in answered.items() if through is None)
+                log.info("asked %s to ship before judging again%s", ",".join(asked),
+                         f"; no answer from {','.join(late)}" if late else "")  # fmt: skip
+                verdicts, seen = self._evaluate(jobs, drained, now, dry_run, resumes.since)
             # SKIP verdicts: a job policy would have acted on a job but for an exemption.
             skipped = skip_verdicts(
                 jobs,
@@ -242,3 +258,16 @@ class Controller:
         (Not to be confused with `SlurmClient.release`, which releases held jobs.)
         """
         self.lease.release()
+
+
+# Policies that cancel for what a job's GPUs did: judged on readings, which a node with
+# [node] ship_interval may still hold.
+READINGS_POLICIES = frozenset({IDLE_GPU, LOW_EFFICIENCY})
+
+
+def nodes_to_flush(verdicts: Sequence[Verdict], jobs: Sequence[SlurmJob]) -> list[str]:
+    """The nodes of the jobs about to be cancelled on their readings, sorted."""
+    cancelled = {
+        v.job_id for v in verdicts if v.action is Action.CANCEL and v.policy in READINGS_POLICIES
+    }
+    return sorted({n for j in jobs if j.job_id in cancelled for n in j.nodes})

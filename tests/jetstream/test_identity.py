@@ -13,6 +13,8 @@ import asyncio
 import dataclasses
 import os
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +33,11 @@ from slurm_gpu.jetstream.bus import (
     BusError,
     batch_subject,
     committed_key,
+    flush_subject,
     inbox_prefix,
     seed_public_key,
 )
+from slurm_gpu.jetstream.flush import FlushRequests, ask_to_flush
 from slurm_gpu.jetstream.identity import IdentityError, keygen
 from tests.jetstream.natsd import NatsServer
 
@@ -288,3 +292,40 @@ def test_keygen_command_refuses_to_replace_a_key(tmp_path: Path) -> None:
     replaced = slurm_gpu(tmp_path, "nats", "keygen", "gpu1", "--dir", str(keys), "--force")
     assert replaced != first
     assert replaced.split(": ")[1] == (keys / "nodes" / "gpu1.pub").read_text()
+
+
+def test_node_answers_the_controllers_flush_request_but_takes_no_other_nodes(
+    secured: Secured,
+) -> None:
+    """gpu1 takes requests on its flush subject and answers them; gpu2's is refused."""
+    node = secured.bus("gpu1")
+    head = secured.bus("ingest1", worker=True)  # the controller runs with the head's key
+    wake = threading.Event()
+    requests = FlushRequests(node, flush_subject(secured.settings, CLUSTER, "gpu1"), wake)
+    errors: list[str] = []
+
+    async def snoop() -> None:
+        client = await connect(secured, "gpu1", errors)
+        try:
+            await client.subscribe(flush_subject(secured.settings, CLUSTER, "gpu2"))
+            await client.flush(timeout=2)
+            await asyncio.sleep(0.2)
+        finally:
+            await client.close()
+
+    try:
+        requests.listen()
+
+        def answer_when_asked() -> None:
+            wake.wait(5)
+            requests.answer(time.time())
+
+        threading.Thread(target=answer_when_asked, daemon=True).start()
+        answers = ask_to_flush(head, secured.settings, CLUSTER, ["gpu1"], timeout=5.0)
+        asyncio.run(snoop())
+    finally:
+        node.close()
+        head.close()
+    assert answers["gpu1"] is not None
+    prefix = secured.settings.flush_prefix
+    assert [f'nats: permissions violation for subscription to "{prefix}.c1.gpu2"'] == errors

@@ -20,7 +20,7 @@ from slurm_gpu.node.nats_sink import NatsSink
 from slurm_gpu.node.shipper import RetryLater, Shipper
 from slurm_gpu.store import Store
 from tests.jetstream.natsd import NatsServer, free_port
-from tests.jetstream.test_transport import CLUSTER, spool_with, stored_intervals
+from tests.jetstream.rig import CLUSTER, spool_with, stored_intervals
 
 
 def config_file(tmp_path: Path, natsd: NatsServer, **node: str) -> Path:

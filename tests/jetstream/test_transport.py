@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from slurm_gpu.collector.wire import WireRow, encode_batch
 from slurm_gpu.config.nats import NatsSettings
@@ -23,43 +22,13 @@ from slurm_gpu.durations import Duration
 from slurm_gpu.errors import StoreError
 from slurm_gpu.jetstream.bus import Bus, batch_subject, committed_key
 from slurm_gpu.jetstream.ingest import IngestWorker
-from slurm_gpu.models import GpuInterval
 from slurm_gpu.node.nats_sink import NatsSink
 from slurm_gpu.node.outbox import encode, fields_of
-from slurm_gpu.node.shipper import DecodedBatch, RetryLater, Shipper, StoreSink
+from slurm_gpu.node.shipper import DecodedBatch, RetryLater, Shipper
 from slurm_gpu.node.spool import Spool
 from slurm_gpu.store import Store
-from slurm_gpu.store.schema import gpu_intervals
 from tests.jetstream.natsd import NatsServer
-
-CLUSTER = "c1"
-T0 = 1_800_000_000.0
-
-
-def interval(node: str, start: float) -> GpuInterval:
-    return GpuInterval(
-        node, "GPU-1", start, start + 60, 7, 50.0, 60.0, 40.0, 60, 60.0, 60.0,
-        None, None, None, None, None, None,
-    )  # fmt: skip
-
-
-def spool_with(path: Path, node: str, count: int, first: float = T0) -> Spool:
-    spool = Spool(path)
-    with spool.transaction() as db:
-        for i in range(count):
-            start = first + 60 * i
-            Spool.queue(db, "interval", f"{node}:GPU-1:{start!r}", fields_of(interval(node, start)))
-    return spool
-
-
-def stored_intervals(store: Store) -> list[tuple[str, float]]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(gpu_intervals.c.node, gpu_intervals.c.period_start).order_by(
-                gpu_intervals.c.node, gpu_intervals.c.period_start
-            )
-        )
-        return [(str(n), float(s)) for n, s in rows]
+from tests.jetstream.rig import CLUSTER, T0, Running, interval, spool_with, stored_intervals
 
 
 class FlakyStore:
@@ -73,42 +42,6 @@ class FlakyStore:
             self.failures -= 1
             raise StoreError("store down: connection refused")
         return self.store.write_batches(batches)
-
-
-@pytest.fixture
-def settings(natsd: NatsServer) -> NatsSettings:
-    return NatsSettings(url=natsd.url, commit_wait=Duration(10.0), ack_wait=Duration(2.0))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(f"sqlite:///{tmp_path / 'store.db'}", cluster=CLUSTER)
-    s.upgrade()
-    yield s
-    s.dispose()
-
-
-class Running:
-    """An ingest worker pulling in a thread until `stop()`."""
-
-    def __init__(self, settings: NatsSettings, store: StoreSink, name: str = "w") -> None:
-        self.bus = Bus(settings, f"test ingest {name}")
-        self.worker = IngestWorker(settings, CLUSTER, store, self.bus, retry_delay=0.5)
-        self.halt = threading.Event()
-        self.thread = threading.Thread(target=self.worker.run, args=(self.halt,), daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.thread.join(timeout=10)
-        self.bus.close()
-
-
-@pytest.fixture
-def worker(settings: NatsSettings, store: Store) -> Iterator[Running]:
-    running = Running(settings, store)
-    yield running
-    running.stop()
 
 
 def ship_all(tmp_path: Path, settings: NatsSettings, node: str, count: int) -> Spool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import pytest
 
@@ -11,7 +11,7 @@ from slurm_gpu.config import Config
 from slurm_gpu.durations import Duration
 from slurm_gpu.errors import SlurmError
 from slurm_gpu.models import GpuActivity, GpuInterval, SlurmJob
-from slurm_gpu.policy.controller import Controller
+from slurm_gpu.policy.controller import Controller, Flusher
 from slurm_gpu.policy.lease import LEASE
 from slurm_gpu.store import Store
 from slurm_gpu.store.control import ControlStore
@@ -146,3 +146,50 @@ def test_stray_process_is_reported_once_even_when_its_interval_arrives_late(
         (30, "Processes 501, 600 use GPU-X on gpu2 without a Slurm allocation."),
     ]
     assert expected == reports
+
+
+def run_idle_job(store: Store, flusher: Flusher) -> AuditingSlurm:
+    """Eight cycles, 10 s apart, of a job idle since it started (cancel_after 60 s)."""
+    slurm = AuditingSlurm(store.control)
+    now = [T0]
+    controller = Controller(
+        config(), slurm, store, clock=lambda: now[0], holder="test", flusher=flusher
+    )
+    for step in range(0, 80, 10):
+        now[0] = T0 + step
+        slurm.queue = [idle_job(store, now[0])]
+        controller.cycle(dry_run=False)
+    return slurm
+
+
+def test_a_cancel_on_readings_is_judged_again_on_what_the_nodes_ship_when_asked(
+    store: Store,
+) -> None:
+    """[controller] flush_over_nats: before cancelling, the job's nodes are asked to ship.
+
+    The job looked idle past cancel_after; asked, gpu1 ships readings that show it busy:
+    judged again on them, nothing is cancelled.
+    """
+    asked: list[list[str]] = []
+
+    def busy_now(nodes: Sequence[str]) -> dict[str, float | None]:
+        asked.append(list(nodes))
+        at = T0 + 70
+        store.add_activity([GpuActivity(7, "gpu1", "U", 0, T0, at, at, 90.0, 2**30, 1)])
+        return dict.fromkeys(nodes, at)
+
+    slurm = run_idle_job(store, busy_now)
+    assert ([], [["gpu1"]]) == (slurm.audited_at_cancel, asked)
+
+
+def test_nodes_that_ship_nothing_new_leave_the_cancel_as_it_was(store: Store) -> None:
+    """Asked, gpu1 does not answer (or has nothing new): the cancel goes ahead."""
+    asked: list[list[str]] = []
+
+    def silent(nodes: Sequence[str]) -> dict[str, float | None]:
+        asked.append(list(nodes))
+        return dict.fromkeys(nodes)
+
+    slurm = run_idle_job(store, silent)
+    cancels = [job for job, _ in slurm.audited_at_cancel]
+    assert (7, [["gpu1"]] * len(cancels)) == (cancels[0], asked)  # asked before each
