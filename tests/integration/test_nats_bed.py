@@ -29,9 +29,10 @@ import pytest
 
 from slurm_gpu.config import load_config
 from slurm_gpu.models import JobGpuSummary
+from slurm_gpu.slurm.admin_comment import parse_token
 from slurm_gpu.store import Store
 from tests.integration.test_resilience import every_second_once, pg_stop
-from tests.integration.testbed import LAUNCHER, TestBed, wait_summaries
+from tests.integration.testbed import LAUNCHER, TestBed, wait_for, wait_summaries
 
 pytestmark = pytest.mark.slurm
 
@@ -51,6 +52,7 @@ PORTS = {
 
 
 class Run(TypedDict):
+    bed: TestBed
     store: Store
     through_faults: list[JobGpuSummary]
     cut_off: list[JobGpuSummary]
@@ -107,7 +109,13 @@ def run(nats_bed: TestBed) -> Iterator[Run]:
         status = bed.launcher("status", check=False).stdout
     finally:
         bed.launcher("link", "gpu2", "up", check=False)
-    yield {"store": store, "through_faults": through, "cut_off": cut_off, "status": status}
+    yield {
+        "bed": bed,
+        "store": store,
+        "through_faults": through,
+        "cut_off": cut_off,
+        "status": status,
+    }
     store.dispose()
 
 
@@ -128,3 +136,16 @@ def test_a_node_cut_off_loses_and_duplicates_nothing(run: Run) -> None:
     assert 2 == len(run["cut_off"])
     for summary in run["cut_off"]:
         assert (True, True, []) == every_second_once(run["store"], summary), summary
+
+
+def test_the_workers_write_the_admincomment_the_agents_cannot(run: Run) -> None:
+    """[node] write_admin_comment on the head: an ingest worker writes the job's token."""
+    summaries = run["cut_off"]
+    job = summaries[0].job_id
+
+    def token() -> dict[str, str]:
+        return parse_token(run["bed"].sacct(job, "AdminComment").get("AdminComment", ""))
+
+    found = wait_for(token, 60, f"job {job}'s AdminComment")
+    assert "2" == found["gpus"]
+    assert abs(float(found["gpu_s"]) - sum(s.gpu_seconds for s in summaries)) <= 1
