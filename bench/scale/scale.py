@@ -500,7 +500,22 @@ def _interrupted(signum: int, frame: object) -> None:
 
 def main() -> int:
     """Runs the bench; 0 when a step held, 1 when none did."""
+    # --transport nats: the per-unit cost model of the NATS JetStream path (scale_nats.py).
+    transport = argparse.ArgumentParser(add_help=False)
+    transport.add_argument("--transport", choices=("collector", "nats"), default="collector")
+    known, rest = transport.parse_known_args()
+    if known.transport == "nats":
+        import scale_nats
+
+        return scale_nats.main(rest)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--transport",
+        choices=("collector", "nats"),
+        default="collector",
+        help="collector (default): the ladder into the HTTP collector; nats: the per-unit"
+        " cost of the NATS JetStream path (README.md, NATS mode; --transport nats --help)",
+    )
     parser.add_argument("--nodes", type=int, default=12_500)
     parser.add_argument(
         "--multiples",
