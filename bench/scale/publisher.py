@@ -54,6 +54,7 @@ class PubStats:
     busy: int = 0  # events whose node still had a message in flight (rows wait for the next)
     failed: Counter[str] = field(default_factory=Counter)  # RetryLater and errors, by kind
     latencies: list[float] = field(default_factory=list)  # ship_batch: publish -> committed
+    acks: list[float] = field(default_factory=list)  # publish -> JetStream's ack (about)
     lags: list[float] = field(default_factory=list)  # ship_batch's start - the event's due time
     polls: int = 0  # reads of the committed bucket (Bus.committed_seq)
     pending_rows: int = 0  # rows left unshipped at the end of the step
@@ -61,17 +62,31 @@ class PubStats:
 
 
 class CountingBus(Bus):
-    """The product's Bus, counting the commit-wait's reads of the committed bucket."""
+    """The product's Bus, counting the commit-wait's reads of the committed bucket.
+
+    Per thread it also notes when each read started (`reads_started`): the first one
+    starts right after the publish's ack.
+    """
 
     def __init__(self, settings: NatsSettings, name: str) -> None:
         super().__init__(settings, name)
         self.reads = 0
         self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def reads_started(self) -> list[float]:
+        """This thread's read start times since the last call (and forgets them)."""
+        times: list[float] = getattr(self._local, "times", [])
+        self._local.times = []
+        return times
 
     def committed_seq(self, key: str) -> int:
         """Bus.committed_seq, counted."""
         with self._lock:
             self.reads += 1
+        if not hasattr(self._local, "times"):
+            self._local.times = []
+        self._local.times.append(time.time())
         return super().committed_seq(key)
 
 
@@ -160,6 +175,8 @@ class Publisher:
 
     def _ship(self, i: int, rows: list[OutboxRow], due: float, stats: PubStats) -> None:
         node, sink = self.nodes[i], self.sinks[i]
+        bus = self.buses[i % len(self.buses)]
+        bus.reads_started()
         started = time.time()
         stats.lags.append(started - due)
         try:
@@ -175,6 +192,7 @@ class Publisher:
                 self.in_flight[i] = False
             return
         done = time.time()
+        reads = bus.reads_started()
         size = 0
         if i % SIZE_EVERY == 0:  # the batch id is about as long as this placeholder
             wire = [WireRow(r.kind, r.key, r.payload) for r in rows]
@@ -192,6 +210,8 @@ class Publisher:
                 stats.sized += 1
                 stats.body_bytes += size
             stats.latencies.append(done - started)
+            if reads:  # one message a batch here (none is over max_batch_bytes)
+                stats.acks.append(reads[0] - started)
 
     def close(self) -> None:
         """Stops the pool and closes the connections."""

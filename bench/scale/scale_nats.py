@@ -183,6 +183,10 @@ class Stages:
         if self.pg is not None:
             self._postgres(parts)
         cpu = {s: sum(parts[s].values()) for s in STAGES}
+        # A process's own stat counts its threads that ended too (e.g. the metrics
+        # endpoint's request threads): the stage totals are the processes'.
+        cpu["nats"] = _cpu(_stat(Path(f"/proc/{self.nats}/stat")))
+        cpu["wrk"] = sum(_cpu(_stat(Path(f"/proc/{pid}/stat"))) for pid in self.workers)
         return Snapshot(
             time.monotonic(),
             cpu,
@@ -328,6 +332,7 @@ def merge(stats: Iterable[PubStats]) -> PubStats:
         out.busy += s.busy
         out.failed += s.failed
         out.latencies += s.latencies
+        out.acks += s.acks
         out.lags += s.lags
         out.polls += s.polls
         out.pending_rows += s.pending_rows
@@ -407,7 +412,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--change", type=float, default=0.2, help="as in collector mode")
     parser.add_argument("--pg-url", default=None, help="use this PostgreSQL server")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="run the workers under cProfile, every thread (profiled.py; slows them down):"
+        " ingest<N>.prof.txt in the kept work folder",
+    )
     args = parser.parse_args(argv)
+    args.keep = args.keep or args.profile
     rates = [float(r) for r in args.rates.split(",")]
     shapes = [int(t) for t in args.shapes.split(",")]
     heartbeat = heartbeat_mode()
@@ -482,9 +494,14 @@ def main(argv: list[str]) -> int:
         for n in range(args.workers):
             mport = free_port()
             log = stack.enter_context(open(work / f"ingest{n}.log", "wb"))
+            profiled = [
+                str(VENV / "bin" / "python"),
+                str(Path(__file__).with_name("profiled.py")),
+                str(work / f"ingest{n}.prof"),
+            ]
             proc = subprocess.Popen(
                 [
-                    *slurm_gpu,
+                    *(profiled if args.profile else slurm_gpu),
                     "--config",
                     str(config),
                     "ingest",
@@ -601,8 +618,9 @@ def main(argv: list[str]) -> int:
         )
         print(
             f"{'tk':>2} {'x':>5} {'s':>4} {'msg/s':>6} {'rows/s':>6} {'r/msg':>5} {'KB/msg':>6}"
-            f" {'tx/s':>5} {'m/tx':>5} {'p50ms':>6} {'p99ms':>7} {'lag99':>6} {'polls':>5}"
-            f" {'busy':>4} {'err':>4} {'conns':>5} {'nats in/m':>9} {'machine':>7}"
+            f" {'tx/s':>5} {'m/tx':>5} {'txms':>5} {'ack50':>5} {'p50ms':>6} {'p99ms':>7}"
+            f" {'lag99':>6} {'polls':>5} {'busy':>4} {'err':>4} {'conns':>5} {'nats in/m':>9}"
+            f" {'machine':>7}"
         )
         steps: list[Step] = []
         for ticks in shapes:
@@ -613,10 +631,13 @@ def main(argv: list[str]) -> int:
                 s = used.seconds
                 kb = stats.body_bytes / stats.sized / 1024 if stats.sized else math.nan
                 tx = step.transactions
+                write = used.metrics.get("slurm_gpu_ingest_write_seconds_sum", 0.0)
                 print(
                     f"{ticks:>2} {multiple:>5g} {s:>4.0f} {stats.committed / s:>6.1f}"
                     f" {stats.rows / s:>6.0f} {stats.rows / max(1, stats.committed):>5.1f}"
                     f" {kb:>6.1f} {tx / s:>5.1f} {stats.committed / tx if tx else math.nan:>5.1f}"
+                    f" {write / tx * 1000 if tx else math.nan:>5.1f}"
+                    f" {percentile(stats.acks, 0.5) * 1000:>5.1f}"
                     f" {percentile(stats.latencies, 0.5) * 1000:>6.1f}"
                     f" {percentile(stats.latencies, 0.99) * 1000:>7.1f}"
                     f" {percentile(stats.lags, 0.99) * 1000:>6.1f}"
@@ -629,15 +650,15 @@ def main(argv: list[str]) -> int:
                 if stats.failed:
                     print(f"scale-nats:   not committed: {dict(stats.failed)}")
                 m = used.metrics
-                theirs = (
+                counted = (
                     round(m.get("slurm_gpu_ingest_batches_total", 0.0)),
                     round(m.get("slurm_gpu_ingest_rows_total", 0.0)),
                 )
                 refused = m.get("slurm_gpu_ingest_refused_total", 0.0)
                 failures = m.get("slurm_gpu_ingest_store_failures_total", 0.0)
-                if theirs != (stats.committed, stats.rows) or refused or failures:
+                if counted != (stats.committed, stats.rows) or refused or failures:
                     print(
-                        f"scale-nats:   the workers committed {theirs[0]} batches, {theirs[1]}"
+                        f"scale-nats:   the workers committed {counted[0]} batches, {counted[1]}"
                         f" rows (the publishers saw {stats.committed}, {stats.rows}); refused"
                         f" {refused:g}, store failures {failures:g}"
                     )
@@ -646,6 +667,8 @@ def main(argv: list[str]) -> int:
             " msg/s, rows/s = committed as the publishers saw it; tx = store transactions"
             " (the workers' slurm_gpu_ingest_write_seconds_count); p50/p99 = ship_batch,"
             " publish to committed as the agent sees it (its polls of the bucket included);"
+            " txms = a store transaction's mean time in the workers (write_seconds);"
+            " ack50 = median publish to JetStream's ack (ms);"
             " lag99 = how late a message started against its schedule; polls = reads of the"
             " committed bucket a message; busy = events whose node still had one in flight;"
             " conns = most store connections (pg_stat_activity) / the workers' pools;"
