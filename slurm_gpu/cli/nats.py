@@ -65,8 +65,9 @@ def server_config_cmd(app: App, directory: Path, cluster: str | None) -> None:
     """Print nats-server's authorization block for the public keys in --dir.
 
     Workers get every subject; each node its own batch subject of [nats] subject_prefix,
-    reading its committed batch in [nats] committed_bucket, and its own replies. Include
-    the output in nats-server.conf.
+    reading its committed batch in [nats] committed_bucket, the controller's requests on
+    its own flush subject (answering them), and its own replies. Include the output in
+    nats-server.conf.
     """
     from slurm_gpu.jetstream.identity import server_config
 
